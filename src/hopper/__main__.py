@@ -1,0 +1,3 @@
+from hopper.cli.main import main
+
+raise SystemExit(main())

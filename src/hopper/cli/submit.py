@@ -1,0 +1,116 @@
+"""``hopper submit``: put a prompt into the inbox the safe way (temp name, then rename)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sys
+import tomllib
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from hopper.cli.common import EXIT_FAILED, EXIT_USAGE, add_root_args, context, warn
+from hopper.core import frontmatter
+from hopper.core.jobid import prompt_stem, slugify
+from hopper.core.prompt import FENCE, BadPrompt, decode
+from hopper.store.atomic import fsync_dir
+from hopper.store.layout import PROMPT_SUFFIX, Layout
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("submit", help="write a prompt into the inbox and print its path")
+    add_root_args(p)
+    p.add_argument("file", nargs="?", default="-", help="prompt file, or - for stdin (default)")
+    p.add_argument("--agent", help="agent to run it with (bash, claude, codex, …)")
+    p.add_argument("--name", help="job name (default: the file's stem)")
+    p.add_argument("--timeout", help="wall-clock limit, e.g. 45m")
+    p.add_argument("--workdir", help="where the job runs")
+    p.add_argument(
+        "--to", metavar="SUBDIR", default="", help="inbox sub-folder to drop it in (routes, groups)"
+    )
+    p.set_defaults(handler=handle)
+
+
+def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
+    lines = text.split("\n")
+    if lines and lines[0].rstrip() == FENCE:
+        for i in range(1, len(lines)):
+            if lines[i].rstrip() == FENCE:
+                table = tomllib.loads("\n".join(lines[1:i]))
+                return table, "\n".join(lines[i + 1 :])
+    return {}, text
+
+
+def compose(data: bytes, overrides: dict[str, str]) -> bytes:
+    """The prompt with ``overrides`` merged into its front matter."""
+    if not overrides:
+        return data
+    text = decode(data)
+    options, body = split_front_matter(text)
+    options.update(overrides)
+    return (frontmatter.render(options) + body).encode()
+
+
+def unique_target(folder: Path, stem: str) -> Path:
+    target = folder / f"{stem}{PROMPT_SUFFIX}"
+    while target.exists():
+        target = folder / f"{stem}-{secrets.token_hex(2)}{PROMPT_SUFFIX}"
+    return target
+
+
+def drop(layout: Layout, data: bytes, stem: str, subdir: str = "") -> Path:
+    """Write ``data`` to a temporary dot-name in the inbox, fsync, rename into place."""
+    folder = (layout.inbox / subdir) if subdir else layout.inbox
+    if subdir and (Path(subdir).is_absolute() or ".." in Path(subdir).parts):
+        raise ValueError(f"--to {subdir!r} must be a relative path inside the inbox")
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{stem}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    target = unique_target(folder, stem)
+    os.rename(tmp, target)
+    fsync_dir(folder)
+    return target
+
+
+def handle(args: argparse.Namespace) -> int:
+    layout, _ = context(args)
+    if args.file == "-":
+        data = sys.stdin.buffer.read()
+        stem = args.name or datetime.now(UTC).strftime("prompt-%Y%m%d-%H%M%S")
+    else:
+        path = Path(args.file)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            warn(f"{path}: cannot read: {exc.strerror}")
+            return EXIT_USAGE
+        stem = args.name or prompt_stem(path.name).removesuffix(".md")
+    overrides = {
+        k: v
+        for k, v in (
+            ("agent", args.agent),
+            ("name", args.name),
+            ("timeout", args.timeout),
+            ("workdir", args.workdir),
+        )
+        if v
+    }
+    try:
+        data = compose(data, overrides)
+    except (BadPrompt, tomllib.TOMLDecodeError) as exc:
+        warn(f"{args.file}: cannot add options to this prompt: {exc}")
+        return EXIT_FAILED
+    try:
+        target = drop(layout, data, slugify(stem) if "/" in stem else stem, args.to)
+    except ValueError as exc:
+        warn(str(exc))
+        return EXIT_USAGE
+    print(target)
+    return 0

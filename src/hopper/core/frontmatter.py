@@ -1,0 +1,34 @@
+"""Render a flat options table as TOML front matter (the inverse of prompt parsing)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+Value = str | int | float | bool | list[str] | dict[str, str]
+
+
+def _key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else json.dumps(key)
+
+
+def _value(value: Value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a valid TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    return "{ " + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + " }"
+
+
+def render(options: dict[str, Value]) -> str:
+    """``+++`` … ``+++`` with one ``key = value`` line per option, or "" if empty."""
+    if not options:
+        return ""
+    lines = [f"{_key(k)} = {_value(v)}" for k, v in options.items()]
+    return "+++\n" + "\n".join(lines) + "\n+++\n"

@@ -1,0 +1,182 @@
+"""A prompt file -> :class:`PromptSpec`, or a :class:`BadPrompt` naming line and fix.
+
+A prompt is Markdown with optional TOML front matter between two ``+++``
+lines. Every key is optional; what is absent comes from the config and the
+inbox route. This module is pure: it takes bytes and a display name and
+never touches the filesystem.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from hopper.core.durations import BadDuration, parse_duration
+
+FENCE = "+++"
+_TOML_LINE = re.compile(r"at line (\d+)")
+_BASH_BLOCK = re.compile(r"^```(?:bash|sh)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+_NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class BadPrompt(ValueError):
+    """The prompt cannot be run; ``line`` is 1-based where known."""
+
+    def __init__(self, message: str, *, line: int | None = None, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.line = line
+        self.hint = hint
+
+    def describe(self, source: str) -> str:
+        where = f"{source}:{self.line}" if self.line else source
+        text = f"{where}: {self.message}"
+        return f"{text} ({self.hint})" if self.hint else text
+
+
+class PromptOptions(BaseModel):
+    """The front matter keys hopper understands. Unknown keys are an error."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    agent: str | None = None
+    name: str | None = None
+    workdir: str | None = None
+    timeout: Annotated[str | int | float | None, Field(union_mode="left_to_right")] = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("timeout")
+    @classmethod
+    def _duration(cls, value: str | int | float | None) -> str | int | float | None:
+        if value is not None:
+            try:
+                parse_duration(value)
+            except BadDuration as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME_OK.match(value):
+            raise ValueError(
+                "must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """A parsed prompt: its options, its body, and where the body starts."""
+
+    options: PromptOptions
+    body: str
+    body_line: int  # 1-based line number of the body's first line
+    has_front_matter: bool
+
+    @property
+    def timeout_seconds(self) -> float | None:
+        t = self.options.timeout
+        return None if t is None else parse_duration(t)
+
+
+def decode(data: bytes) -> str:
+    """UTF-8 text of a prompt, BOM stripped and CRLF normalised; raises BadPrompt."""
+    if b"\x00" in data:
+        raise BadPrompt(
+            "contains NUL bytes: this looks like a binary file, not a prompt",
+            hint="a prompt is UTF-8 Markdown text",
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise BadPrompt(
+            f"is not valid UTF-8 (byte {exc.start})",
+            line=line,
+            hint="save the file as UTF-8",
+        ) from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def parse(data: bytes) -> PromptSpec:
+    """Parse a prompt file's bytes. Raises :class:`BadPrompt` with a line and a hint."""
+    text = decode(data)
+    if not text.strip():
+        raise BadPrompt("is empty", hint='write the task (or, for agent = "bash", the script)')
+    lines = text.split("\n")
+    first = lines[0].rstrip()
+    if first == "---":
+        raise BadPrompt(
+            "starts with YAML front matter (---), which hopper does not read",
+            line=1,
+            hint="put TOML between +++ lines instead",
+        )
+    if first != FENCE:
+        return PromptSpec(PromptOptions(), text, 1, has_front_matter=False)
+    try:
+        end = next(i for i in range(1, len(lines)) if lines[i].rstrip() == FENCE)
+    except StopIteration:
+        raise BadPrompt(
+            "front matter opened with +++ is never closed",
+            line=1,
+            hint="add a line with just +++ after the last key",
+        ) from None
+    raw = _load_toml("\n".join(lines[1:end]))
+    options = _validate(raw, lines[1:end])
+    body = "\n".join(lines[end + 1 :])
+    return PromptSpec(options, body, end + 2, has_front_matter=True)
+
+
+def _load_toml(text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = _TOML_LINE.search(message)
+        line = int(match.group(1)) + 1 if match else None  # +1 for the opening +++
+        message = _TOML_LINE.sub(f"at line {line}", message) if match else message
+        raise BadPrompt(
+            f"front matter is not valid TOML: {message}",
+            line=line,
+            hint='write keys as key = "value"',
+        ) from None
+
+
+def _validate(raw: dict[str, Any], fm_lines: list[str]) -> PromptOptions:
+    try:
+        return PromptOptions.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = str(err["loc"][0]) if err["loc"] else "?"
+        line = _key_line(key, fm_lines)
+        if err["type"] == "extra_forbidden":
+            known = ", ".join(PromptOptions.model_fields)
+            raise BadPrompt(
+                f"unknown key {key!r}", line=line, hint=f"known keys: {known}"
+            ) from None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise BadPrompt(f"key {key!r}: {msg}", line=line) from None
+
+
+def _key_line(key: str, fm_lines: list[str]) -> int | None:
+    pattern = re.compile(rf"^\s*{re.escape(key)}\s*[=.]")
+    for i, text in enumerate(fm_lines):
+        if pattern.match(text):
+            return i + 2
+    return None
+
+
+def bash_script(spec: PromptSpec) -> str:
+    """The script of a bash job: the first ```bash (or ```sh) block, else the whole body."""
+    match = _BASH_BLOCK.search(spec.body)
+    script = match.group(1) if match else spec.body
+    if not script.strip():
+        raise BadPrompt("has no script to run", hint="put the commands in the body")
+    return script

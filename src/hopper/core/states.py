@@ -1,0 +1,83 @@
+"""Job states, terminal reasons and the allowed transitions: the whole table.
+
+Theory of operation: a job is ``queued`` from the moment its prompt is
+claimed until it may start, ``running`` while its supervisor lives, and then
+exactly one of the terminal states. Every terminal state carries a
+:class:`Reason`, a stable machine-readable word a person or a script can
+branch on; the human sentence lives in ``detail`` beside it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+class Reason(StrEnum):
+    """Why a job ended. Null (None) until the job is terminal."""
+
+    COMPLETED = "completed"  # exit status 0
+    EXIT_NONZERO = "exit_nonzero"
+    SIGNALED = "signaled"  # killed by a signal hopper did not send
+    TIMEOUT = "timeout"
+    ABORTED = "aborted"  # ABORT marker or `hopper abort`
+    SHUTDOWN = "shutdown"  # the watcher was stopped with on_stop = "abort"
+    BAD_PROMPT = "bad_prompt"
+    UNKNOWN_AGENT = "unknown_agent"
+    SPAWN_FAILED = "spawn_failed"
+    LOST = "lost"  # process gone and no exit status was ever recorded
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.ABORTED})
+ACTIVE_STATES = frozenset({JobState.QUEUED, JobState.RUNNING})
+
+# Which terminal state each reason lands in.
+REASON_STATE: dict[Reason, JobState] = {
+    Reason.COMPLETED: JobState.SUCCEEDED,
+    Reason.EXIT_NONZERO: JobState.FAILED,
+    Reason.SIGNALED: JobState.FAILED,
+    Reason.TIMEOUT: JobState.FAILED,
+    Reason.ABORTED: JobState.ABORTED,
+    Reason.SHUTDOWN: JobState.ABORTED,
+    Reason.BAD_PROMPT: JobState.FAILED,
+    Reason.UNKNOWN_AGENT: JobState.FAILED,
+    Reason.SPAWN_FAILED: JobState.FAILED,
+    Reason.LOST: JobState.FAILED,
+}
+
+_ALLOWED: frozenset[tuple[JobState, JobState]] = frozenset(
+    {
+        (JobState.QUEUED, JobState.RUNNING),  # QUEUED -> RUNNING: a slot was free
+        (JobState.QUEUED, JobState.FAILED),  # bad prompt, unknown agent, spawn failed
+        (JobState.QUEUED, JobState.ABORTED),  # aborted before it started
+        (JobState.RUNNING, JobState.SUCCEEDED),
+        (JobState.RUNNING, JobState.FAILED),
+        (JobState.RUNNING, JobState.ABORTED),
+        (JobState.RUNNING, JobState.QUEUED),  # recovery: recorded running, never released
+    }
+)
+
+
+class IllegalTransition(ValueError):
+    """A state change the table does not allow was attempted."""
+
+
+def is_terminal(state: JobState) -> bool:
+    return state in TERMINAL_STATES
+
+
+def check_transition(old: JobState, new: JobState) -> None:
+    """Raise :class:`IllegalTransition` unless ``old -> new`` is in the table."""
+    if (old, new) not in _ALLOWED:
+        raise IllegalTransition(f"job state {old} -> {new} is not allowed")
+
+
+def state_for(reason: Reason) -> JobState:
+    return REASON_STATE[reason]

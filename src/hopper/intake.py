@@ -1,0 +1,197 @@
+"""From inbox file to queued (or failed) job: claim, read, parse, record.
+
+Bad input never stops the watcher: a prompt that cannot run ends as a
+failed job whose ``detail`` names the file, the line and the fix, and its
+file goes to processed/ like any other.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from hopper.agents.base import Agent
+from hopper.agents.registry import UnknownAgent, lookup
+from hopper.clock import Clock
+from hopper.config import Config
+from hopper.core import prompt as prompts
+from hopper.core.jobid import prompt_stem
+from hopper.core.prompt import BadPrompt, PromptSpec
+from hopper.core.record import JobRecord
+from hopper.core.states import JobState, Reason, state_for
+from hopper.faults import crash_point
+from hopper.store.claim import Claimed, claim, read_claim
+from hopper.store.finalize import finalize
+from hopper.store.jobfile import PROMPT_FILE, append_event, write_record
+from hopper.store.layout import Layout
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Identity:
+    host: str
+    owner: str  # host:pid:start of this watcher
+
+
+def read_prompt(path: Path, limit: int) -> bytes:
+    """The prompt's bytes, refusing anything but a regular file of at most ``limit`` bytes."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise BadPrompt("vanished before it could be read") from None
+    kind = _kind(st.st_mode)
+    if kind:
+        raise BadPrompt(
+            f"is {kind}, not a regular file",
+            hint="hopper never follows links or reads special files; "
+            "copy the prompt into the inbox as a plain file",
+        )
+    if st.st_size > limit:
+        raise BadPrompt(
+            f"is {st.st_size} bytes, over the limit of {limit} bytes",
+            hint="shorten it, or raise max_prompt_bytes in the config",
+        )
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except PermissionError:
+        raise BadPrompt(
+            "cannot be read: permission denied", hint="make it readable by the user hopper runs as"
+        ) from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BadPrompt("is a symbolic link, not a regular file") from None
+        raise BadPrompt(f"cannot be read: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadPrompt("changed into something other than a regular file while read")
+        chunks = []
+        remaining = limit + 1
+        while remaining > 0:
+            chunk = os.read(fd, min(remaining, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            remaining -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > limit:
+        raise BadPrompt(f"grew past the limit of {limit} bytes while being read")
+    return data
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return ""
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device file"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+class Intake:
+    def __init__(
+        self,
+        layout: Layout,
+        config: Config,
+        agents: dict[str, Agent],
+        clock: Clock,
+        ident: Identity,
+    ) -> None:
+        self.layout = layout
+        self.config = config
+        self.agents = agents
+        self.clock = clock
+        self.ident = ident
+
+    def take(self, path: Path) -> JobRecord | None:
+        """Claim and admit one inbox file; None if another watcher got it first."""
+        claimed = claim(self.layout, path, self.clock.now(), self.ident.host)
+        if claimed is None:
+            return None
+        return self.admit(claimed)
+
+    def resume_claim(self, run_dir: Path) -> JobRecord:
+        """Recovery: the prompt was renamed in but job.json never written."""
+        marker = read_claim(run_dir) or {}
+        inbox_rel = marker.get("inbox_path") or f"inbox/{run_dir.name}.prompt.md"
+        return self.admit(Claimed(run_dir.name, run_dir, inbox_rel))
+
+    def admit(self, claimed: Claimed) -> JobRecord:
+        now = self.clock.now()
+        run_dir = claimed.run_dir
+        append_event(
+            run_dir,
+            "claimed",
+            now,
+            inbox_path=claimed.inbox_rel,
+            host=self.ident.host,
+            owner=self.ident.owner,
+        )
+        base = JobRecord(
+            id=claimed.job_id,
+            name=prompt_stem(Path(claimed.inbox_rel).name),
+            state=JobState.QUEUED,
+            agent=self.config.default_agent,
+            host=self.ident.host,
+            owner=self.ident.owner,
+            inbox_path=claimed.inbox_rel,
+            created_at=now,
+        )
+        try:
+            spec = prompts.parse(read_prompt(run_dir / PROMPT_FILE, self.config.max_prompt_bytes))
+        except BadPrompt as exc:
+            return self.reject(run_dir, base, Reason.BAD_PROMPT, exc.describe(claimed.inbox_rel))
+        record = self._queued(base, spec)
+        try:
+            lookup(self.agents, record.agent)
+        except UnknownAgent as exc:
+            return self.reject(run_dir, record, Reason.UNKNOWN_AGENT, f"{claimed.inbox_rel}: {exc}")
+        write_record(run_dir, record)
+        crash_point("claim.after_record")
+        append_event(run_dir, "queued", now, name=record.name, agent=record.agent)
+        log.info("job=%s state=queued name=%s agent=%s", record.id, record.name, record.agent)
+        return record
+
+    def _queued(self, base: JobRecord, spec: PromptSpec) -> JobRecord:
+        opts = spec.options
+        timeout = spec.timeout_seconds
+        return base.model_copy(
+            update={
+                "name": opts.name or base.name,
+                "agent": opts.agent or self.config.default_agent,
+                "workdir": opts.workdir or self.config.workdir,
+                "timeout_seconds": timeout if timeout is not None else self.config.timeout,
+            }
+        )
+
+    def reject(self, run_dir: Path, record: JobRecord, reason: Reason, detail: str) -> JobRecord:
+        """End a job that cannot run: terminal record, prompt filed under processed/."""
+        now = self.clock.now()
+        final = record.model_copy(
+            update={
+                "state": state_for(reason),
+                "reason": reason,
+                "detail": detail,
+                "finished_at": now,
+                "processed_path": self.layout.relative(
+                    self.layout.processed_path(record.inbox_path, record.id)
+                ),
+            }
+        )
+        append_event(run_dir, "rejected", now, reason=reason, detail=detail)
+        finalize(self.layout, run_dir, final, now)
+        log.warning("job=%s state=%s reason=%s detail=%s", final.id, final.state, reason, detail)
+        return final

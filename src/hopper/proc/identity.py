@@ -1,0 +1,69 @@
+"""Is this the same process? PID plus start time, against PID reuse."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+
+# Start times are compared with this tolerance (seconds): psutil derives them
+# from clock ticks since boot, which is exact for one boot.
+START_TIME_TOLERANCE = 0.05
+
+
+def start_time(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
+
+
+def is_alive(pid: int | None, started: float | None) -> bool:
+    """True if ``pid`` runs and started at ``started`` (a zombie counts as gone)."""
+    if pid is None or started is None:
+        return False
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return bool(abs(proc.create_time() - started) <= START_TIME_TOLERANCE)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return False
+    except psutil.AccessDenied:
+        return True  # exists but not ours to inspect: do not judge it dead
+
+
+def send(pid: int, sig: int) -> bool:
+    """Signal ``pid``; False if it is already gone (ESRCH is not an error)."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def kill_tree(pid: int, sig: int = signal.SIGKILL) -> int:
+    """Signal ``pid``'s process group and every descendant; the count signalled.
+
+    The last resort when a supervisor is gone and its job's processes were
+    orphaned: they are found through the process group and the parent chain.
+    """
+    victims: set[int] = set()
+    try:
+        root = psutil.Process(pid)
+        victims.update(p.pid for p in root.children(recursive=True))
+        victims.add(pid)
+    except psutil.NoSuchProcess:
+        pass
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pid:
+                victims.add(proc.pid)
+        except (ProcessLookupError, PermissionError):
+            continue
+    count = 0
+    for victim in victims:
+        if victim != os.getpid() and send(victim, sig):
+            count += 1
+    return count

@@ -1,0 +1,93 @@
+"""Starting a job under its supervisor: the watcher's half of the handshake.
+
+See proc/supervise.py for the protocol. The supervisor runs as
+``python -I -S supervise.py`` in a new session, so it neither inherits the
+watcher's terminal nor depends on hopper's import path, and it survives the
+watcher (the systemd unit uses KillMode=process).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hopper.proc import supervise
+
+SUPERVISOR_SCRIPT = Path(supervise.__file__)
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to run; sent to the supervisor over a pipe, never on a command line."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    log: str
+    stop_signals: list[int] = field(default_factory=lambda: [15])
+    grace: float = 10.0
+    timeout: float | None = None
+
+
+class SpawnFailed(OSError):
+    """The supervisor could not be started or broke the handshake."""
+
+
+def launch(run_dir: Path, spec: LaunchSpec) -> subprocess.Popen[bytes]:
+    """Start the supervisor and hand it the spec; the job is forked but gated."""
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(SUPERVISOR_SCRIPT), str(run_dir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+            close_fds=True,
+            cwd=run_dir,
+            env={"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"},
+        )
+    except OSError as exc:
+        raise SpawnFailed(exc.errno, f"cannot start the supervisor: {exc.strerror}") from None
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(json.dumps(asdict(spec)).encode() + b"\n")
+        proc.stdin.flush()
+    except BrokenPipeError:
+        proc.wait()
+        raise SpawnFailed(0, "the supervisor exited before reading the job spec") from None
+    return proc
+
+
+def read_pid(proc: subprocess.Popen[bytes]) -> int:
+    """The job's pid, as the supervisor reports it once the job is forked."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    try:
+        return int(json.loads(line)["pid"])
+    except (ValueError, KeyError, TypeError):
+        proc.kill()
+        proc.wait()
+        raise SpawnFailed(0, f"the supervisor broke the handshake (said {line[:200]!r})") from None
+
+
+def release(proc: subprocess.Popen[bytes]) -> None:
+    """Let the gated job exec. After this the supervisor needs nothing from us."""
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+    except BrokenPipeError:
+        pass  # it died; its missing exit record is handled by the monitor
+    finally:
+        proc.stdin.close()
+        proc.stdout.close()
+
+
+def abandon(proc: subprocess.Popen[bytes]) -> None:
+    """Do not release: the supervisor kills the gated job and records started=false."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.close()
+    proc.stdout.close()
+    proc.wait()

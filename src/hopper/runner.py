@@ -1,0 +1,300 @@
+"""Running jobs: start under a supervisor, watch for ABORT and exit, finish.
+
+One loop serves every running job (no thread per job): each tick stats the
+ABORT marker and exit.json of each, and refreshes heartbeats when due.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hopper.agents.base import JobContext, Preparation
+from hopper.agents.registry import lookup
+from hopper.clock import Clock
+from hopper.config import Config
+from hopper.core import prompt as prompts
+from hopper.core.outcome import classify
+from hopper.core.prompt import BadPrompt
+from hopper.core.record import ExitStatus, JobRecord
+from hopper.core.states import JobState, Reason, check_transition, state_for
+from hopper.faults import crash_point
+from hopper.intake import Intake, read_prompt
+from hopper.proc import identity, spawn
+from hopper.store.atomic import write_atomic
+from hopper.store.finalize import finalize
+from hopper.store.jobfile import (
+    ABORT_FILE,
+    EXIT_FILE,
+    LOG_FILE,
+    PROMPT_FILE,
+    append_event,
+    read_exit,
+    write_record,
+)
+from hopper.store.layout import Layout
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Running:
+    record: JobRecord
+    run_dir: Path
+    supervisor: subprocess.Popen[bytes] | None  # None when adopted after a restart
+    next_heartbeat: float = 0.0
+    stop_sent: bool = False
+
+
+@dataclass
+class Runner:
+    layout: Layout
+    config: Config
+    intake: Intake
+    clock: Clock
+    running: dict[str, Running] = field(default_factory=dict)
+    _reap: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    # -- start ------------------------------------------------------------------
+    def start(self, record: JobRecord) -> None:
+        run_dir = self.layout.run_dir(record.id)
+        try:
+            prep, workdir = self._prepare(record, run_dir)
+        except BadPrompt as exc:
+            self.intake.reject(run_dir, record, Reason.BAD_PROMPT, exc.describe(record.inbox_path))
+            return
+        env = {
+            **os.environ,
+            **self.config.env,
+            **prep.env,
+            "HOPPER_JOB_ID": record.id,
+            "HOPPER_RUN_DIR": str(run_dir),
+            "HOPPER_ROOT": str(self.layout.root),
+        }
+        launch = spawn.LaunchSpec(
+            argv=prep.argv,
+            cwd=str(workdir),
+            env=env,
+            log=str(run_dir / LOG_FILE),
+            stop_signals=prep.stop_signals,
+            grace=self.config.kill_grace,
+            timeout=record.timeout_seconds,
+        )
+        try:
+            proc = spawn.launch(run_dir, launch)
+            pid = spawn.read_pid(proc)
+        except spawn.SpawnFailed as exc:
+            self.intake.reject(run_dir, record, Reason.SPAWN_FAILED, str(exc))
+            return
+        crash_point("start.after_spawn")
+        now = self.clock.now()
+        check_transition(record.state, JobState.RUNNING)  # QUEUED -> RUNNING
+        running = record.model_copy(
+            update={
+                "state": JobState.RUNNING,
+                "pid": pid,
+                "pid_start_time": identity.start_time(pid),
+                "supervisor_pid": proc.pid,
+                "supervisor_start_time": identity.start_time(proc.pid),
+                "started_at": now,
+                "heartbeat_at": now,
+                "workdir": str(workdir),
+                "owner": self.intake.ident.owner,
+            }
+        )
+        write_record(run_dir, running)
+        crash_point("start.after_record")
+        append_event(
+            run_dir,
+            "started",
+            now,
+            pid=pid,
+            supervisor_pid=proc.pid,
+            argv0=prep.argv[0],
+            workdir=str(workdir),
+        )
+        spawn.release(proc)
+        self.running[record.id] = Running(
+            running, run_dir, proc, self.clock.monotonic() + self.config.heartbeat_interval
+        )
+        log.info("job=%s state=queued->running pid=%s", record.id, pid)
+
+    def _prepare(self, record: JobRecord, run_dir: Path) -> tuple[Preparation, Path]:
+        spec = prompts.parse(read_prompt(run_dir / PROMPT_FILE, self.config.max_prompt_bytes))
+        workdir = self._workdir(record, run_dir)
+        agent = lookup(self.intake.agents, record.agent)
+        prep = agent.prepare(JobContext(record.id, record.name, run_dir, workdir, spec))
+        for name, content in prep.files.items():
+            write_atomic(run_dir / name, content.encode(), durable=False)
+        return prep, workdir
+
+    @staticmethod
+    def _workdir(record: JobRecord, run_dir: Path) -> Path:
+        if not record.workdir:
+            return run_dir
+        raw = record.workdir
+        if not (raw.startswith("/") or raw.startswith("~")):
+            raise BadPrompt(
+                f"workdir {raw!r} is relative", hint="give an absolute path or one starting with ~"
+            )
+        path = Path(os.path.expanduser(raw))
+        if not path.is_dir():
+            raise BadPrompt(
+                f"workdir {raw!r} does not exist or is not a directory",
+                hint="create it, or fix the workdir key",
+            )
+        return path
+
+    # -- adopt ------------------------------------------------------------------
+    def adopt(self, record: JobRecord) -> None:
+        run_dir = self.layout.run_dir(record.id)
+        owned = record.model_copy(update={"owner": self.intake.ident.owner})
+        write_record(run_dir, owned, durable=False)
+        append_event(
+            run_dir, "adopted", self.clock.now(), owner=self.intake.ident.owner, pid=record.pid
+        )
+        self.running[record.id] = Running(owned, run_dir, None, self.clock.monotonic())
+        log.info("job=%s adopted pid=%s", record.id, record.pid)
+
+    # -- monitor ----------------------------------------------------------------
+    def poll(self) -> None:
+        """One pass over every running job."""
+        for job_id in list(self.running):
+            self._poll_one(self.running[job_id])
+        self._reap = [p for p in self._reap if p.poll() is None]
+
+    def _poll_one(self, job: Running) -> None:
+        status = read_exit(job.run_dir)
+        if status is not None:
+            self.finish(job, status)
+            return
+        if not job.stop_sent and (job.run_dir / ABORT_FILE).exists():
+            self.request_stop(job, Reason.ABORTED)
+        if self._supervisor_gone(job):
+            status = read_exit(job.run_dir)  # it may have written just before exiting
+            if status is not None:
+                self.finish(job, status)
+            else:
+                self.lose(job)
+            return
+        mono = self.clock.monotonic()
+        if mono >= job.next_heartbeat:
+            job.record = job.record.model_copy(update={"heartbeat_at": self.clock.now()})
+            write_record(job.run_dir, job.record, durable=False)
+            job.next_heartbeat = mono + self.config.heartbeat_interval
+
+    def _supervisor_gone(self, job: Running) -> bool:
+        if job.supervisor is not None:
+            return job.supervisor.poll() is not None
+        rec = job.record
+        return not identity.is_alive(rec.supervisor_pid, rec.supervisor_start_time)
+
+    def request_stop(self, job: Running, reason: Reason) -> None:
+        """Record why, then ask the supervisor to stop the job (it escalates to SIGKILL)."""
+        now = self.clock.now()
+        job.record = job.record.model_copy(update={"stop_requested": reason})
+        write_record(job.run_dir, job.record)
+        append_event(
+            job.run_dir,
+            "abort_requested" if reason is Reason.ABORTED else "stop_requested",
+            now,
+            reason=reason,
+        )
+        rec = job.record
+        if identity.is_alive(rec.supervisor_pid, rec.supervisor_start_time):
+            assert rec.supervisor_pid is not None
+            identity.send(rec.supervisor_pid, signal.SIGTERM)
+        job.stop_sent = True
+        log.info("job=%s stop requested reason=%s", rec.id, reason)
+
+    # -- finish -----------------------------------------------------------------
+    def finish(self, job: Running, status: ExitStatus) -> None:
+        self.running.pop(job.record.id, None)
+        if job.supervisor is not None:
+            self._reap.append(job.supervisor)
+        outcome = classify(status, job.record.stop_requested)
+        now = self.clock.now()
+        append_event(
+            job.run_dir,
+            "exited",
+            now,
+            exit_code=status.exit_code,
+            signal=status.signal,
+            timed_out=status.timed_out,
+            leftovers_killed=status.leftovers_killed,
+        )
+        self._close(job.run_dir, job.record, outcome.reason, outcome.detail, status)
+
+    def lose(self, job: Running) -> None:
+        """The supervisor is gone and recorded nothing: end any orphans, fail as lost."""
+        self.running.pop(job.record.id, None)
+        rec = job.record
+        killed = 0
+        if rec.pid is not None and identity.is_alive(rec.pid, rec.pid_start_time):
+            killed = identity.kill_tree(rec.pid)
+        append_event(job.run_dir, "lost", self.clock.now(), orphans_killed=killed)
+        self._close(
+            job.run_dir,
+            rec,
+            Reason.LOST,
+            "the supervisor vanished without recording an exit status",
+            None,
+        )
+
+    def _close(
+        self,
+        run_dir: Path,
+        record: JobRecord,
+        reason: Reason,
+        detail: str,
+        status: ExitStatus | None,
+    ) -> None:
+        now = self.clock.now()
+        finished = status.finished_at if status is not None else now
+        started = record.started_at
+        final = record.model_copy(
+            update={
+                "state": state_for(reason),
+                "reason": reason,
+                "detail": detail,
+                "exit_code": status.exit_code if status else None,
+                "signal": status.signal if status else None,
+                "finished_at": finished,
+                "duration_seconds": (finished - started).total_seconds() if started else None,
+                "processed_path": self.layout.relative(
+                    self.layout.processed_path(record.inbox_path, record.id)
+                ),
+            }
+        )
+        check_transition(record.state, final.state)
+        finalize(self.layout, run_dir, final, now)
+        log.info("job=%s state=%s->%s reason=%s", record.id, record.state, final.state, reason)
+
+    def requeue(self, record: JobRecord) -> JobRecord:
+        """Recovery: recorded running but never released. Back to queued."""
+        run_dir = self.layout.run_dir(record.id)
+        check_transition(record.state, JobState.QUEUED)  # RUNNING -> QUEUED
+        queued = record.model_copy(
+            update={
+                "state": JobState.QUEUED,
+                "pid": None,
+                "pid_start_time": None,
+                "supervisor_pid": None,
+                "supervisor_start_time": None,
+                "started_at": None,
+                "owner": self.intake.ident.owner,
+            }
+        )
+        write_record(run_dir, queued)
+        (run_dir / EXIT_FILE).unlink(missing_ok=True)
+        append_event(run_dir, "requeued", self.clock.now(), why="never released to run")
+        return queued
+
+    def abort_queued(self, record: JobRecord) -> None:
+        run_dir = self.layout.run_dir(record.id)
+        append_event(run_dir, "abort_requested", self.clock.now(), reason=Reason.ABORTED)
+        self._close(run_dir, record, Reason.ABORTED, "aborted before it started", None)

@@ -1,0 +1,69 @@
+"""Finding prompts in the inbox, and deciding when one is complete.
+
+A ``*.prompt.md`` is complete when it appeared by rename (inotify
+IN_MOVED_TO), was closed after writing (IN_CLOSE_WRITE), or, found by a
+rescan, when no process holds it open for writing or its mtime has been
+still for ``settle`` seconds. Dot-names are never prompts, and directories
+are descended into (a directory named ``x.prompt.md`` is a folder, not a prompt).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hopper.store.layout import PROMPT_SUFFIX
+
+MAX_DEPTH = 16
+
+
+@dataclass(frozen=True)
+class Candidate:
+    path: Path
+    mode: int
+    size: int
+    mtime: float
+
+    @property
+    def is_regular(self) -> bool:
+        return stat.S_ISREG(self.mode)
+
+
+def is_prompt_name(name: str) -> bool:
+    return (
+        name.endswith(PROMPT_SUFFIX) and not name.startswith(".") and len(name) > len(PROMPT_SUFFIX)
+    )
+
+
+def scan(inbox: Path) -> Iterator[Candidate]:
+    """Every non-directory ``*.prompt.md`` below ``inbox``; symlinked folders not followed."""
+    stack: list[tuple[Path, int]] = [(inbox, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            continue
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.name.startswith("."):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                if depth < MAX_DEPTH:
+                    stack.append((Path(entry.path), depth + 1))
+            elif is_prompt_name(entry.name):
+                yield Candidate(Path(entry.path), st.st_mode, st.st_size, st.st_mtime)
+
+
+def is_settled(candidate: Candidate, now: float, settle: float, has_writer: bool | None) -> bool:
+    """Complete enough to claim? ``has_writer`` None means we could not tell."""
+    if has_writer is False:
+        return True
+    return now - candidate.mtime >= settle

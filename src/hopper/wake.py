@@ -1,0 +1,45 @@
+"""A self-pipe the main loop sleeps on: signals, inotify and exits all wake it.
+
+Signal handlers only set flags; ``signal.set_wakeup_fd`` makes every signal
+also write a byte here, so ``wait`` returns at once instead of at the next
+tick. Other threads call :meth:`Waker.wake`.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+
+
+class Waker:
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def wake(self) -> None:
+        try:
+            os.write(self._w, b"\0")
+        except BlockingIOError:
+            pass  # already full: the loop will wake anyway
+
+    def wait(self, timeout: float) -> None:
+        """Sleep until woken or ``timeout`` seconds pass; then drain the pipe."""
+        ready, _, _ = select.select([self._r], [], [], max(0.0, timeout))
+        if ready:
+            try:
+                while os.read(self._r, 4096):
+                    pass
+            except BlockingIOError:
+                pass
+
+    def attach_signals(self) -> None:
+        """Route signal wake-ups into this pipe (main thread only)."""
+        signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)
+
+    def close(self) -> None:
+        try:
+            signal.set_wakeup_fd(-1)
+        except ValueError:
+            pass  # not the main thread
+        os.close(self._r)
+        os.close(self._w)
