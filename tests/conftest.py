@@ -22,6 +22,7 @@ poll_interval = "0.05s"
 rescan_interval = "0.5s"
 heartbeat_interval = "0.5s"
 kill_grace = "1s"
+retry_backoff = "0.1s"
 """
 
 

@@ -31,6 +31,27 @@ def _seconds(value: object) -> object:
 Seconds = Annotated[float, BeforeValidator(_seconds), Field(ge=0)]
 
 
+class AgentConfig(BaseModel):
+    """``[agents.NAME]``: how to run one agent (claude, codex, or one defined here)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bin: str | None = Field(None, description="the CLI; default: on PATH, else tools/agents")
+    args: list[str] = Field(default_factory=list, description="extra arguments, appended")
+    env: dict[str, str] = Field(default_factory=dict, description="added to the agent's env")
+    permission_mode: str | None = Field(None, description="claude --permission-mode")
+    sandbox: Literal["read-only", "workspace-write", "danger-full-access", "bypass"] | None = Field(
+        None, description="codex -s; bypass = no sandbox, no approvals"
+    )
+    model: str | None = None
+    api_retries: int = Field(2, ge=0, le=20, description="reruns after rate_limit/network errors")
+    retry_backoff: Seconds = Field(2.0, description="before the first rerun; doubles")
+    idle_timeout: Seconds | None = Field(None, description="no output for this long: abort")
+    argv: list[str] | None = Field(None, description="custom agent: argv template")
+    format: Literal["text", "claude-jsonl", "codex-jsonl"] = "text"
+    stdin: bool = Field(True, description="custom agent: the prompt on stdin")
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -43,10 +64,25 @@ class Config(BaseModel):
     heartbeat_interval: Seconds = Field(5.0, gt=0)
     rescan_interval: Seconds = Field(5.0, gt=0, description="full inbox rescan period")
     settle: Seconds = Field(2.0, description="a rescanned prompt still for this long is complete")
+    reconcile_interval: Seconds = Field(
+        30.0, gt=0, description="how often half-done claims and orphaned jobs are recovered"
+    )
     poll_interval: Seconds = Field(0.25, gt=0, description="ABORT / exit check period")
     max_prompt_bytes: int = Field(1 << 20, ge=1)
-    on_stop: Literal["abort"] = Field("abort", description="what SIGTERM does to running jobs")
+    retries: int = Field(0, ge=0, le=100, description="extra attempts for a job that fails")
+    retry_backoff: Seconds = Field(10.0, description="wait before a retry; doubles each time")
+    on_stop: Literal["abort", "wait", "detach"] = Field(
+        "abort",
+        description="SIGTERM: abort running jobs, wait for them, or detach (leave them "
+        "running for the next watcher to adopt)",
+    )
+    stop_timeout: Seconds = Field(
+        300.0, description="on_stop = wait: how long before detaching from what still runs"
+    )
     env: dict[str, str] = Field(default_factory=dict, description="added to every job's env")
+    agents: dict[str, AgentConfig] = Field(
+        default_factory=dict, description="per-agent settings; see docs/agents.md"
+    )
 
 
 def config_path(cli: str | None, env: Mapping[str, str]) -> Path | None:

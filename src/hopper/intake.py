@@ -118,7 +118,7 @@ class Intake:
 
     def take(self, path: Path) -> JobRecord | None:
         """Claim and admit one inbox file; None if another watcher got it first."""
-        claimed = claim(self.layout, path, self.clock.now(), self.ident.host)
+        claimed = claim(self.layout, path, self.clock.now(), self.ident.host, self.ident.owner)
         if claimed is None:
             return None
         return self.admit(claimed)
@@ -174,6 +174,8 @@ class Intake:
                 "agent": opts.agent or self.config.default_agent,
                 "workdir": opts.workdir or self.config.workdir,
                 "timeout_seconds": timeout if timeout is not None else self.config.timeout,
+                "retries": opts.retries if opts.retries is not None else self.config.retries,
+                "session": opts.session,
             }
         )
 

@@ -16,6 +16,7 @@ from hopper.core.states import JobState, is_terminal
 from hopper.errors import JobFileCorrupt
 from hopper.proc import identity
 from hopper.runner import Runner, Running
+from hopper.store.claim import read_claim
 from hopper.store.finalize import move_prompt
 from hopper.store.jobfile import (
     CLAIM_FILE,
@@ -61,10 +62,11 @@ def snapshot(run_dir: Path, host: str, me: str, now: float) -> RunSnapshot:
         age = now - os.stat(run_dir).st_mtime
     except FileNotFoundError:
         age = 0.0
-    owner = parse_owner(record.owner if record else None)
-    same_host = record is None or record.host == host
+    owner_text = record.owner if record else (read_claim(run_dir) or {}).get("owner")
+    owner = parse_owner(owner_text)
+    same_host = owner[0] == host if owner else (record is None or record.host == host)
     owner_alive = False
-    if record is not None and owner is not None and record.owner != me and owner[0] == host:
+    if owner is not None and owner_text != me and owner[0] == host:
         owner_alive = identity.is_alive(owner[1], owner[2])
     sup_alive = record is not None and identity.is_alive(
         record.supervisor_pid, record.supervisor_start_time
@@ -148,10 +150,12 @@ def _apply(
         )
     elif action is Action.TAKE_QUEUED:
         assert record is not None
+        identity.end_stale_supervisors(str(run_dir))
         (run_dir / EXIT_FILE).unlink(missing_ok=True)  # a start abandoned by a crash
         queued[record.id] = record
     elif action is Action.REQUEUE:
         assert record is not None
+        identity.end_stale_supervisors(str(run_dir))
         rec = runner.requeue(record)
         queued[rec.id] = rec
     elif action is Action.FINISH:

@@ -11,16 +11,20 @@ import os
 import signal
 import subprocess
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from hopper.agents.base import JobContext, Preparation
 from hopper.agents.registry import lookup
+from hopper.agents.summary import read_agent_summary, record_fields
 from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core import prompt as prompts
+from hopper.core.agent_outcome import final_reason
 from hopper.core.outcome import classify
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import ExitStatus, JobRecord
+from hopper.core.retry import backoff, should_retry
 from hopper.core.states import JobState, Reason, check_transition, state_for
 from hopper.faults import crash_point
 from hopper.intake import Intake, read_prompt
@@ -40,6 +44,12 @@ from hopper.store.layout import Layout
 
 log = logging.getLogger(__name__)
 
+# The service manager's variables are for the watcher, not its jobs: a job that
+# inherited NOTIFY_SOCKET could report READY or ping the watchdog in our name.
+SERVICE_ONLY_ENV = frozenset(
+    {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "INVOCATION_ID"}
+)
+
 
 @dataclass
 class Running:
@@ -58,6 +68,8 @@ class Runner:
     clock: Clock
     running: dict[str, Running] = field(default_factory=dict)
     _reap: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler
+    io_errors: int = 0  # failed writes since start (disk full …), for status reports
 
     # -- start ------------------------------------------------------------------
     def start(self, record: JobRecord) -> None:
@@ -68,7 +80,7 @@ class Runner:
             self.intake.reject(run_dir, record, Reason.BAD_PROMPT, exc.describe(record.inbox_path))
             return
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if k not in SERVICE_ONLY_ENV},
             **self.config.env,
             **prep.env,
             "HOPPER_JOB_ID": record.id,
@@ -164,18 +176,36 @@ class Runner:
     def poll(self) -> None:
         """One pass over every running job."""
         for job_id in list(self.running):
-            self._poll_one(self.running[job_id])
+            job = self.running[job_id]
+            try:
+                self._poll_one(job)
+            except OSError as exc:
+                # ENOSPC, EIO …: keep the job and try again next tick; the
+                # supervisor's exit.json is already durable, so nothing is lost.
+                self.running.setdefault(job_id, job)
+                self.io_errors += 1
+                log.error("job=%s cannot update its files: %s (retrying)", job_id, exc)
         self._reap = [p for p in self._reap if p.poll() is None]
 
-    def _poll_one(self, job: Running) -> None:
+    def _own_exit(self, job: Running) -> ExitStatus | None:
+        """exit.json if this job's own supervisor wrote it (not a stale one from a crash)."""
         status = read_exit(job.run_dir)
+        if status is None:
+            return None
+        mine = job.record.supervisor_pid
+        if status.supervisor_pid is not None and mine is not None and status.supervisor_pid != mine:
+            return None
+        return status
+
+    def _poll_one(self, job: Running) -> None:
+        status = self._own_exit(job)
         if status is not None:
             self.finish(job, status)
             return
         if not job.stop_sent and (job.run_dir / ABORT_FILE).exists():
             self.request_stop(job, Reason.ABORTED)
         if self._supervisor_gone(job):
-            status = read_exit(job.run_dir)  # it may have written just before exiting
+            status = self._own_exit(job)  # it may have written just before exiting
             if status is not None:
                 self.finish(job, status)
             else:
@@ -227,7 +257,14 @@ class Runner:
             timed_out=status.timed_out,
             leftovers_killed=status.leftovers_killed,
         )
-        self._close(job.run_dir, job.record, outcome.reason, outcome.detail, status)
+        reason, detail = outcome.reason, outcome.detail
+        agent = read_agent_summary(job.run_dir)
+        if agent is not None:
+            job.record = job.record.model_copy(update=record_fields(agent))
+            refined = final_reason(reason, agent)
+            if refined is not None:
+                reason, detail = refined
+        self._close(job.run_dir, job.record, reason, detail, status)
 
     def lose(self, job: Running) -> None:
         """The supervisor is gone and recorded nothing: end any orphans, fail as lost."""
@@ -254,6 +291,11 @@ class Runner:
         status: ExitStatus | None,
     ) -> None:
         now = self.clock.now()
+        if record.state is JobState.RUNNING and should_retry(
+            reason, record.attempt, record.retries
+        ):
+            self._retry(run_dir, record, reason, detail, status)
+            return
         finished = status.finished_at if status is not None else now
         started = record.started_at
         final = record.model_copy(
@@ -273,6 +315,52 @@ class Runner:
         check_transition(record.state, final.state)
         finalize(self.layout, run_dir, final, now)
         log.info("job=%s state=%s->%s reason=%s", record.id, record.state, final.state, reason)
+
+    def _retry(
+        self,
+        run_dir: Path,
+        record: JobRecord,
+        reason: Reason,
+        detail: str,
+        status: ExitStatus | None,
+    ) -> None:
+        """Keep this attempt's log and exit record under attempt-numbered names; requeue."""
+        n = record.attempt
+        for name in (LOG_FILE, EXIT_FILE):
+            source = run_dir / name
+            if source.exists():
+                stem, dot, ext = name.partition(".")
+                source.rename(run_dir / f"{stem}.{n}{dot}{ext}")
+        delay = backoff(n, self.config.retry_backoff)
+        now = self.clock.now()
+        check_transition(record.state, JobState.QUEUED)  # RUNNING -> QUEUED (retry)
+        queued = record.model_copy(
+            update={
+                "state": JobState.QUEUED,
+                "attempt": n + 1,
+                "not_before": now + timedelta(seconds=delay),
+                "detail": f"attempt {n} {reason}: {detail}; retrying in {delay:g}s",
+                "pid": None,
+                "pid_start_time": None,
+                "supervisor_pid": None,
+                "supervisor_start_time": None,
+                "stop_requested": None,
+                "exit_code": status.exit_code if status else None,
+                "signal": status.signal if status else None,
+            }
+        )
+        write_record(run_dir, queued)
+        append_event(
+            run_dir,
+            "retry_scheduled",
+            now,
+            attempt=n,
+            next_attempt=n + 1,
+            reason=reason,
+            delay_seconds=delay,
+        )
+        self.requeued.append(queued)
+        log.info("job=%s attempt=%d reason=%s retry in %gs", record.id, n, reason, delay)
 
     def requeue(self, record: JobRecord) -> JobRecord:
         """Recovery: recorded running but never released. Back to queued."""

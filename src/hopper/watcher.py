@@ -15,7 +15,9 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -26,14 +28,17 @@ from hopper.agents.registry import builtin_agents
 from hopper.clock import Clock, SystemClock
 from hopper.config import Config
 from hopper.core.record import JobRecord
+from hopper.core.recovery import Action
+from hopper.core.sessions import busy_sessions, session_free
 from hopper.core.states import Reason
 from hopper.intake import Identity, Intake
 from hopper.proc import identity
 from hopper.proc.openfiles import open_for_writing
 from hopper.reconcile import reconcile
 from hopper.runner import Runner
+from hopper.sdnotify import Notifier
 from hopper.store.claim import ClaimFailed
-from hopper.store.inbox import Candidate, is_settled, scan
+from hopper.store.inbox import Candidate, in_scope, is_settled, scan
 from hopper.store.inbox_events import InboxEvents, InboxObserver
 from hopper.store.jobfile import ABORT_FILE
 from hopper.store.layout import Layout
@@ -45,6 +50,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class Flags:
     stop: bool = False
+    reload: bool = False
     signals: list[int] = field(default_factory=list)
 
 
@@ -64,7 +70,8 @@ class Watcher:
         host = host or socket.gethostname()
         started = identity.start_time(os.getpid()) or time.time()
         self.ident = Identity(host=host, owner=f"{host}:{os.getpid()}:{started}")
-        self.intake = Intake(layout, config, agents or builtin_agents(), self.clock, self.ident)
+        agents = agents or builtin_agents(config)
+        self.intake = Intake(layout, config, agents, self.clock, self.ident)
         self.runner = Runner(layout, config, self.intake, self.clock)
         self.queued: dict[str, JobRecord] = {}
         self.waker = Waker()
@@ -73,23 +80,31 @@ class Watcher:
         self._skipped: set[Path] = set()  # logged once, not claimable
         self._waiting: set[Path] = set()  # seen but not yet complete
         self._next_rescan = 0.0
+        self._next_reconcile = 0.0
+        self._next_notify = 0.0
+        self.notifier = Notifier()
         self._stop_deadline: float | None = None
 
     # -- lifecycle --------------------------------------------------------------
     def run(self, *, until_idle: bool = False) -> int:
         """Serve until SIGTERM/SIGINT (or, with ``until_idle``, until nothing is left)."""
         self.layout.ensure()
+        reexec = False
         previous = self._install_signals()
         observer = InboxObserver(self.layout.inbox, self.events)
         observer.start()
         try:
-            counts = reconcile(self.runner, self.clock, self.queued)
-            if counts:
-                log.info("recovered: %s", ", ".join(f"{k}={v}" for k, v in counts.items()))
+            self._reconcile()
+            self._rescan(full=True)
+            self.notifier.ready(self._status_line())
             log.info("watching %s (host=%s)", self.layout.inbox, self.ident.host)
             while True:
                 self.turn()
-                if self.flags.stop and not self.runner.running:
+                self._notify()
+                if self.flags.reload and not self.flags.stop:
+                    reexec = True
+                    break
+                if self.flags.stop and (not self.runner.running or self.config.on_stop == "detach"):
                     break
                 if self._stop_deadline is not None and self.clock.monotonic() > self._stop_deadline:
                     log.error(
@@ -101,22 +116,57 @@ class Watcher:
                     break
                 self.waker.wait(self._sleep_for())
         finally:
+            if reexec:
+                self.notifier.reloading()
+            else:
+                self.notifier.stopping()
             observer.stop()
             self.waker.close()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+        if reexec:
+            self._reexec()
         return 0
+
+    @staticmethod
+    def _reexec() -> None:
+        """SIGHUP: replace this process with a fresh watcher; jobs keep running.
+
+        The pid (and so the owner string) stays the same, so the new image
+        adopts every running job at its first reconcile.
+        """
+        log.info("reloading: re-executing the watcher; running jobs are kept")
+        argv = [sys.executable, "-m", "hopper", *sys.argv[1:]]
+        os.execv(sys.executable, argv)  # noqa: S606 - an argv, no shell
+
+    def _status_line(self) -> str:
+        return f"{len(self.runner.running)} running, {len(self.queued)} queued" + (
+            f", {self.runner.io_errors} write errors" if self.runner.io_errors else ""
+        )
+
+    def _notify(self) -> None:
+        """Watchdog pings come only from here: a wedged loop stops them."""
+        mono = self.clock.monotonic()
+        if mono >= self._next_notify:
+            interval = self.notifier.watchdog_interval()
+            self.notifier.watchdog()
+            self.notifier.status(self._status_line())
+            self._next_notify = mono + (interval if interval else 5.0)
 
     def _install_signals(self) -> dict[int, Any]:
         def on_stop(signum: int, frame: FrameType | None) -> None:
             self.flags.stop = True
             self.flags.signals.append(signum)
 
+        def on_reload(signum: int, frame: FrameType | None) -> None:
+            self.flags.reload = True
+
         def on_child(signum: int, frame: FrameType | None) -> None:
             pass  # the wakeup fd does the work
 
-        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD)
+        handled = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP)
         previous: dict[int, Any] = {s: signal.getsignal(s) for s in handled}
+        signal.signal(signal.SIGHUP, on_reload)
         signal.signal(signal.SIGTERM, on_stop)
         signal.signal(signal.SIGINT, on_stop)
         signal.signal(signal.SIGCHLD, on_child)
@@ -124,17 +174,46 @@ class Watcher:
         return previous
 
     def turn(self) -> None:
-        """One pass: intake, start, poll. Never raises for bad input."""
+        """One pass: intake, start, poll. Never raises for bad input or a full disk."""
         if self.flags.stop:
-            self._begin_stop()
+            self._guarded("stop", self._begin_stop)
         else:
-            self._intake()
-            self._start_queued()
+            self._guarded("intake", self._intake)
+            self._guarded("start", self._start_queued)
+            if self.clock.monotonic() >= self._next_reconcile:
+                self._guarded("reconcile", self._reconcile)
         self.runner.poll()
+        self._reap_orphans()
+
+    def _guarded(self, phase: str, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except OSError as exc:
+            log.error("%s: %s (will retry; is the disk full?)", phase, exc)
+
+    def _reconcile(self) -> None:
+        """Recover anything half-done (at start, then every reconcile_interval)."""
+        self._next_reconcile = self.clock.monotonic() + self.config.reconcile_interval
+        counts = reconcile(self.runner, self.clock, self.queued)
+        acted = {k: v for k, v in counts.items() if k not in (Action.NOTHING, Action.NOT_MINE)}
+        if acted:
+            log.info("recovered: %s", ", ".join(f"{k}={v}" for k, v in acted.items()))
+
+    @staticmethod
+    def _reap_orphans() -> None:
+        """Reap exited children no Popen tracks (supervisors of a previous exec)."""
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
 
     def idle(self) -> bool:
         return (
             not self.queued
+            and not self.runner.requeued
             and not self.runner.running
             and not self._waiting
             and not any(c.path not in self._skipped for c in scan(self.layout.inbox))
@@ -149,7 +228,9 @@ class Watcher:
     # -- intake -----------------------------------------------------------------
     def _intake(self) -> None:
         complete, pending, rescan = self.events.drain()
-        self._waiting |= pending
+        inbox = self.layout.inbox
+        complete = {p for p in complete if in_scope(inbox, p)}  # hints obey the scan's rules
+        self._waiting |= {p for p in pending if in_scope(inbox, p)}
         for path in sorted(complete):
             self._waiting.discard(path)
             self._take(path)
@@ -178,9 +259,8 @@ class Watcher:
                 self._waiting.add(cand.path)
 
     def _writers(self, fresh: list[Candidate]) -> set[Path] | None:
-        now = self.clock.time()
-        young = {c.path for c in fresh if now - c.mtime < self.config.settle}
-        return open_for_writing(young) if young else set()
+        # Every candidate, not only young ones: a writer may pause longer than `settle`.
+        return open_for_writing({c.path for c in fresh}) if fresh else set()
 
     def _take(self, path: Path) -> None:
         try:
@@ -201,6 +281,10 @@ class Watcher:
 
     # -- scheduling -------------------------------------------------------------
     def _start_queued(self) -> None:
+        for retry in self.runner.requeued:
+            self.queued[retry.id] = retry
+        self.runner.requeued.clear()
+        now = self.clock.now()
         for job_id in sorted(self.queued):
             record = self.queued[job_id]
             if (self.layout.run_dir(job_id) / ABORT_FILE).exists():
@@ -209,6 +293,10 @@ class Watcher:
                 continue
             if len(self.runner.running) >= self.config.max_parallel:
                 continue
+            if record.not_before is not None and record.not_before > now:
+                continue  # a retry still backing off
+            if not session_free(record.session, self._busy_sessions(job_id)):
+                continue  # one job of a session at a time, in claim order
             del self.queued[job_id]
             try:
                 self.runner.start(record)
@@ -221,12 +309,24 @@ class Watcher:
                     f"could not start: {exc}",
                 )
 
+    def _busy_sessions(self, job_id: str) -> set[str]:
+        return busy_sessions(
+            (j.record.session for j in self.runner.running.values()),
+            (r.session for i, r in self.queued.items() if i < job_id),
+        )
+
     # -- shutdown ---------------------------------------------------------------
     def _begin_stop(self) -> None:
         if self._stop_deadline is not None:
             return
-        log.info("stopping: ending %d running jobs (on_stop=abort)", len(self.runner.running))
+        policy = self.config.on_stop
+        log.info("stopping: %d running jobs (on_stop=%s)", len(self.runner.running), policy)
+        if policy == "wait":
+            self._stop_deadline = self.clock.monotonic() + self.config.stop_timeout
+            return
         self._stop_deadline = self.clock.monotonic() + self.config.kill_grace + 10.0
+        if policy == "detach":
+            return
         for job in list(self.runner.running.values()):
             if not job.stop_sent:
                 self.runner.request_stop(job, Reason.SHUTDOWN)

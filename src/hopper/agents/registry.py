@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from hopper.agents.base import Agent
 from hopper.agents.bash import BashAgent
+from hopper.agents.claude import ClaudeAgent
+from hopper.agents.codex import CodexAgent
+from hopper.agents.custom import CustomAgent
+from hopper.config import AgentConfig, Config
 
-PLANNED = frozenset({"claude", "codex"})
+PLANNED: frozenset[str] = frozenset()
 
 
 class UnknownAgent(LookupError):
@@ -21,8 +25,18 @@ class UnknownAgent(LookupError):
         super().__init__(text)
 
 
-def builtin_agents() -> dict[str, Agent]:
-    return {"bash": BashAgent()}
+def builtin_agents(config: Config | None = None) -> dict[str, Agent]:
+    """bash, claude and codex, plus every ``[agents.NAME]`` with an ``argv`` in the config."""
+    tables = config.agents if config is not None else {}
+    agents: dict[str, Agent] = {
+        "bash": BashAgent(),
+        "claude": ClaudeAgent(tables.get("claude", AgentConfig())),
+        "codex": CodexAgent(tables.get("codex", AgentConfig())),
+    }
+    for name, table in tables.items():
+        if table.argv:
+            agents[name] = CustomAgent(name, table)
+    return agents
 
 
 def lookup(agents: dict[str, Agent], name: str) -> Agent:

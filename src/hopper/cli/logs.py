@@ -1,26 +1,47 @@
-"""``hopper logs [-f] ID``: print a job's output; ``-f`` follows until the job ends."""
+"""``hopper logs [-f] ID`` and ``hopper logs -f --all``: print or follow job output.
+
+One job: its job.log; ``-f`` follows until the job is terminal. ``--all``:
+every running job, each line prefixed with the job's name; with ``-f`` it keeps
+going (until Ctrl+C), picking up jobs that start while it follows — including
+ones that start and finish between two looks, whose whole log is printed once.
+Jobs already running when it starts show their last ``BACKLOG`` lines first.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hopper.cli.common import add_root_args, context, find_job
-from hopper.core.states import is_terminal
+from hopper.cli.common import EXIT_USAGE, add_root_args, context, find_job, warn
+from hopper.cli.status import load_jobs
+from hopper.core.states import JobState, is_terminal
+from hopper.store.index import JobIndex
 from hopper.store.jobfile import LOG_FILE, read_record
+from hopper.store.layout import Layout
+from hopper.store.tail import read_new_lines, tail_lines
 
 FOLLOW_INTERVAL = 0.2
+ALL_INTERVAL = 0.5
+BACKLOG = 10
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("logs", help="print (or follow) a job's job.log")
+    p = sub.add_parser("logs", help="print (or follow) a job's job.log, or every running job's")
     add_root_args(p)
-    p.add_argument("id", metavar="ID", help="job id, id prefix or name")
+    p.add_argument("id", nargs="?", metavar="ID", help="job id, id prefix or name")
     p.add_argument(
         "-f", "--follow", action="store_true", help="keep printing new output until the job ends"
+    )
+    p.add_argument(
+        "--all", action="store_true", help="every running job, lines prefixed with the job name"
+    )
+    p.add_argument(
+        "--json", action="store_true", help='JSON lines: {"id", "name", "line"} per output line'
     )
     p.set_defaults(handler=handle)
 
@@ -54,10 +75,112 @@ def follow(run_dir: Path, stop: threading.Event) -> None:
             return
 
 
+@dataclass
+class Followed:
+    id: str
+    name: str
+    offset: int
+    state: JobState = JobState.RUNNING
+
+
+class Prefixer:
+    """Writes lines as ``name | text`` (or JSON lines), one job at a time."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+
+    def write(self, job: Followed, lines: list[bytes]) -> None:
+        out = sys.stdout
+        for raw in lines:
+            text = raw.decode("utf-8", "replace")
+            if self.as_json:
+                out.write(json.dumps({"id": job.id, "name": job.name, "line": text}) + "\n")
+            else:
+                out.write(f"{job.name} | {text}\n")
+        out.flush()
+
+
+def drain(layout: Layout, f: Followed, sink: Prefixer, final: bool) -> None:
+    path = layout.run_dir(f.id) / LOG_FILE
+    while True:
+        lines, offset = read_new_lines(path, f.offset)
+        if offset == f.offset:
+            break
+        sink.write(f, lines)
+        f.offset = offset
+    if final:  # the job is over: its last line may lack a newline
+        tail = _unterminated(path, f.offset)
+        if tail:
+            sink.write(f, [tail])
+            f.offset += len(tail)
+
+
+def _unterminated(path: Path, offset: int) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            return fh.read(1 << 20)
+    except FileNotFoundError:
+        return b""
+
+
+def follow_all(layout: Layout, sink: Prefixer, follow: bool, stop: threading.Event) -> None:
+    index: JobIndex
+    index, jobs = load_jobs(layout)
+    with index:
+        known = {j.id for j in jobs}
+        followed: dict[str, Followed] = {}
+        for job in jobs:
+            if job.state is JobState.RUNNING:
+                lines, end = tail_lines(layout.run_dir(job.id) / LOG_FILE, BACKLOG)
+                f = Followed(job.id, job.name, end)
+                sink.write(f, lines)
+                followed[job.id] = f
+        while True:
+            for f in followed.values():
+                drain(layout, f, sink, final=False)
+            if not follow or stop.wait(ALL_INTERVAL):
+                for f in followed.values():
+                    drain(layout, f, sink, final=True)
+                return
+            index.refresh()
+            for job in index.jobs():
+                seen = followed.get(job.id)
+                if seen is not None:
+                    seen.state = job.state
+                elif job.id not in known and job.state is not JobState.QUEUED:
+                    followed[job.id] = Followed(job.id, job.name, 0, job.state)  # new since start
+                known.add(job.id)
+            for job_id, f in list(followed.items()):
+                if is_terminal(f.state):
+                    drain(layout, f, sink, final=True)
+                    del followed[job_id]
+
+
 def handle(args: argparse.Namespace) -> int:
     layout, _ = context(args)
+    if args.all:
+        if args.id:
+            warn("give a job ID or --all, not both")
+            return EXIT_USAGE
+        follow_all(layout, Prefixer(args.json), args.follow, threading.Event())
+        return 0
+    if not args.id:
+        warn("which job? give an ID (or --all for every running job)")
+        return EXIT_USAGE
     record = find_job(layout, args.id)
     run_dir = layout.run_dir(record.id)
+    if args.json:
+        sink, one, stop = Prefixer(True), Followed(record.id, record.name, 0), threading.Event()
+        while True:
+            drain(layout, one, sink, final=False)
+            try:
+                done = is_terminal(read_record(run_dir).state)
+            except FileNotFoundError:
+                done = False
+            if not args.follow or done or stop.wait(FOLLOW_INTERVAL):
+                drain(layout, one, sink, final=True)
+                return 0
     if args.follow:
         follow(run_dir, threading.Event())
     else:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from hopper import __version__
-from hopper.cli import abort, demo, logs, run, schema, status, submit
+from hopper.cli import abort, demo, events, logs, run, schema, status, submit, usage, watch
 from hopper.cli.common import EXIT_USAGE, fail
 from hopper.errors import HopperError
 
@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hopper", description="A job service with a filesystem API.")
     parser.add_argument("--version", action="version", version=f"hopper {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, submit, status, logs, abort, demo, schema):
+    for module in (run, submit, status, logs, events, watch, usage, abort, demo, schema):
         module.register(sub)
     return parser
 

@@ -1,56 +1,120 @@
-"""``hopper status``: a table of jobs, or ``--json`` with job.json's fields."""
+"""``hopper status``: a table of jobs, or ``--json`` with job.json's exact fields.
+
+Listings come from the status index (``store/index.py``), refreshed from the
+run directories on every call, so they stay fast with 100,000 jobs and are
+never staler than the files.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
-from datetime import UTC, datetime
-from typing import Any
+import sys
+import time
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, TextIO
 
-from hopper.cli.common import add_root_args, all_records, context, find_job
-from hopper.core.durations import format_duration
+from hopper.cli.common import EXIT_FAILED, EXIT_USAGE, add_root_args, context, warn
+from hopper.core.durations import BadDuration, format_duration, parse_duration
 from hopper.core.record import JobRecord
+from hopper.core.selection import JobFilter
 from hopper.core.states import JobState
+from hopper.core.summary import JobSummary, summarize
+from hopper.store.index import JobIndex
+from hopper.store.layout import Layout
 
 COLUMNS = ("ID", "NAME", "AGENT", "STATE", "REASON", "STARTED", "DURATION", "ATTEMPT")
+GLOB_CHARS = frozenset("*?[")
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("status", help="show jobs (all, or the ones named)")
     add_root_args(p)
-    p.add_argument("ids", nargs="*", metavar="ID", help="job id, id prefix or name")
+    p.add_argument(
+        "ids", nargs="*", metavar="ID", help="job id, id prefix, name, or a name glob ('nightly-*')"
+    )
     p.add_argument(
         "--state",
         choices=[s.value for s in JobState],
         action="append",
         help="only jobs in this state (repeatable)",
     )
-    p.add_argument("--json", action="store_true", help="JSON array of job records")
+    add_filter_args(p)
+    p.add_argument("--name", action="append", metavar="GLOB", help="only names matching GLOB")
+    p.add_argument("--json", action="store_true", help="JSON array of job records (job.json)")
     p.set_defaults(handler=handle)
 
 
-def duration(record: JobRecord, now: datetime) -> str:
-    if record.duration_seconds is not None:
-        return format_duration(record.duration_seconds)
-    if record.started_at is not None:
-        return format_duration((now - record.started_at).total_seconds())
-    return "-"
+def add_filter_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--since",
+        metavar="DURATION",
+        help="only jobs created or finished in the last DURATION (12h, 1d), or still active",
+    )
+    p.add_argument("--agent", action="append", help="only jobs run by this agent (repeatable)")
+    p.add_argument(
+        "--group", action="append", help="only jobs dropped in this inbox sub-folder (repeatable)"
+    )
+
+
+def since_epoch(value: str | None, now: float) -> float | None:
+    """``--since 12h`` as epoch seconds; raises :class:`BadDuration`."""
+    return None if value is None else now - parse_duration(value)
+
+
+def job_filter(args: argparse.Namespace, now: float) -> JobFilter:
+    return JobFilter(
+        states=frozenset(JobState(s) for s in (getattr(args, "state", None) or ())),
+        since=since_epoch(args.since, now),
+        agents=frozenset(args.agent or ()),
+        groups=frozenset(args.group or ()),
+        names=tuple(getattr(args, "name", None) or ()),
+    )
+
+
+def load_jobs(layout: Layout) -> tuple[JobIndex, list[JobSummary]]:
+    """The refreshed index (caller closes it) and every job it knows, oldest first."""
+    index = JobIndex.open(layout)
+    for problem in index.refresh().corrupt:
+        warn(problem)
+    return index, index.jobs()
+
+
+def resolve(jobs: list[JobSummary], ref: str) -> list[JobSummary]:
+    """Jobs a command-line reference names: a glob, else an id, id prefix or name."""
+    if GLOB_CHARS & set(ref):
+        glob = JobFilter(names=(ref,))
+        return [j for j in jobs if glob.matches(j)]
+    exact = [j for j in jobs if j.id == ref]
+    return exact or [j for j in jobs if j.id.startswith(ref) or j.name == ref]
+
+
+def summary_row(job: JobSummary, now: float) -> tuple[str, ...]:
+    started = (
+        datetime.fromtimestamp(job.started_at).strftime("%m-%d %H:%M:%S")
+        if job.started_at is not None
+        else "-"
+    )
+    if job.duration_seconds is not None:
+        took = format_duration(job.duration_seconds)
+    elif job.started_at is not None:
+        took = format_duration(max(0.0, now - job.started_at))
+    else:
+        took = "-"
+    return (
+        job.id,
+        job.name,
+        job.agent,
+        job.state.value,
+        job.reason or "-",
+        started,
+        took,
+        str(job.attempt),
+    )
 
 
 def row(record: JobRecord, now: datetime) -> tuple[str, ...]:
-    started = (
-        record.started_at.astimezone().strftime("%m-%d %H:%M:%S") if record.started_at else "-"
-    )
-    return (
-        record.id,
-        record.name,
-        record.agent,
-        record.state.value,
-        record.reason.value if record.reason else "-",
-        started,
-        duration(record, now),
-        str(record.attempt),
-    )
+    return summary_row(summarize(record), now.timestamp())
 
 
 def table(rows: list[tuple[str, ...]]) -> str:
@@ -60,17 +124,46 @@ def table(rows: list[tuple[str, ...]]) -> str:
     )
 
 
+def write_json_array(texts: Iterable[str], out: TextIO) -> None:
+    """job.json texts, verbatim, as one JSON array, written as they come."""
+    sep = "[\n"
+    for text in texts:
+        out.write(sep)
+        out.write(text.rstrip())
+        sep = ",\n"
+    out.write("[]\n" if sep == "[\n" else "\n]\n")
+
+
 def handle(args: argparse.Namespace) -> int:
     layout, _ = context(args)
-    records = [find_job(layout, ref) for ref in args.ids] if args.ids else all_records(layout)
-    if args.state:
-        records = [r for r in records if r.state.value in args.state]
-    if args.json:
-        print(json.dumps([r.model_dump(mode="json") for r in records], indent=2))
-        return 0
-    if not records:
-        print(f"no jobs under {layout.runs}")
-        return 0
-    now = datetime.now(UTC)
-    print(table([COLUMNS, *(row(r, now) for r in records)]))
-    return 0
+    now = time.time()
+    try:
+        wanted = job_filter(args, now)
+    except BadDuration as exc:
+        warn(f"--since: {exc}")
+        return EXIT_USAGE
+    index, jobs = load_jobs(layout)
+    with index:
+        code = 0
+        if args.ids:
+            named: dict[str, JobSummary] = {}
+            for ref in args.ids:
+                found = resolve(jobs, ref)
+                if not found and not GLOB_CHARS & set(ref):
+                    warn(f"no job with id, id prefix or name {ref!r} under {layout.runs}")
+                    code = EXIT_FAILED
+                named.update((j.id, j) for j in found)
+            jobs = sorted(named.values(), key=lambda j: j.id)
+        jobs = [j for j in jobs if wanted.matches(j)]
+        if args.json:
+            write_json_array(index.raw(j.id for j in jobs), sys.stdout)
+            return code
+    if not jobs:
+        print(f"no jobs under {layout.runs}" + (" match" if _filtered(args) else ""))
+        return code
+    print(table([COLUMNS, *(summary_row(j, now) for j in jobs)]))
+    return code
+
+
+def _filtered(args: argparse.Namespace) -> bool:
+    return bool(args.ids or args.state or args.since or args.agent or args.group or args.name)

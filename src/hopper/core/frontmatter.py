@@ -10,8 +10,13 @@ _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 Value = str | int | float | bool | list[str] | dict[str, str]
 
 
+def _string(text: str) -> str:
+    """A TOML basic string: JSON's escapes, plus DEL, which TOML forbids raw and JSON keeps."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
 def _key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else json.dumps(key)
+    return key if _BARE_KEY.match(key) else _string(key)
 
 
 def _value(value: Value) -> str:
@@ -20,7 +25,7 @@ def _value(value: Value) -> str:
     if isinstance(value, int | float):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # a valid TOML basic string
+        return _string(value)
     if isinstance(value, list):
         return "[" + ", ".join(_value(v) for v in value) + "]"
     return "{ " + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + " }"

@@ -43,13 +43,18 @@ class PromptOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    agent: str | None = None
+    agent: Annotated[str, Field(min_length=1)] | None = None
     name: str | None = None
-    workdir: str | None = None
+    workdir: Annotated[str, Field(min_length=1)] | None = None
     timeout: Annotated[str | int | float | None, Field(union_mode="left_to_right")] = None
     env: dict[str, str] = Field(default_factory=dict)
+    session: str | None = None
+    check: list[str] | None = None
+    max_nudges: Annotated[int, Field(ge=0, le=20)] | None = None
+    idle_timeout: Annotated[str | int | float | None, Field(union_mode="left_to_right")] = None
+    retries: Annotated[int, Field(ge=0, le=100)] | None = None
 
-    @field_validator("timeout")
+    @field_validator("timeout", "idle_timeout")
     @classmethod
     def _duration(cls, value: str | int | float | None) -> str | int | float | None:
         if value is not None:
@@ -59,7 +64,14 @@ class PromptOptions(BaseModel):
                 raise ValueError(str(exc)) from None
         return value
 
-    @field_validator("name")
+    @field_validator("check")
+    @classmethod
+    def _check(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError('must be a non-empty argv, e.g. ["pytest", "-q"]')
+        return value
+
+    @field_validator("name", "session")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
         if value is not None and not _NAME_OK.match(value):
@@ -81,6 +93,11 @@ class PromptSpec:
     @property
     def timeout_seconds(self) -> float | None:
         t = self.options.timeout
+        return None if t is None else parse_duration(t)
+
+    @property
+    def idle_timeout_seconds(self) -> float | None:
+        t = self.options.idle_timeout
         return None if t is None else parse_duration(t)
 
 
@@ -128,20 +145,25 @@ def parse(data: bytes) -> PromptSpec:
             line=1,
             hint="add a line with just +++ after the last key",
         ) from None
-    raw = _load_toml("\n".join(lines[1:end]))
+    raw = _load_toml("\n".join(lines[1:end]) + "\n", closing_line=end + 1)
     options = _validate(raw, lines[1:end])
     body = "\n".join(lines[end + 1 :])
     return PromptSpec(options, body, end + 2, has_front_matter=True)
 
 
-def _load_toml(text: str) -> dict[str, Any]:
+def _load_toml(text: str, closing_line: int) -> dict[str, Any]:
+    """``text`` is the front matter; ``closing_line`` the file line of the closing +++."""
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         match = _TOML_LINE.search(message)
-        line = int(match.group(1)) + 1 if match else None  # +1 for the opening +++
-        message = _TOML_LINE.sub(f"at line {line}", message) if match else message
+        if match:
+            line = int(match.group(1)) + 1  # +1 for the opening +++
+            message = _TOML_LINE.sub(f"at line {line}", message)
+        else:  # "at end of document": something left open runs into the closing +++
+            line = closing_line
+            message = message.replace("at end of document", "at the closing +++")
         raise BadPrompt(
             f"front matter is not valid TOML: {message}",
             line=line,
@@ -162,7 +184,17 @@ def _validate(raw: dict[str, Any], fm_lines: list[str]) -> PromptOptions:
                 f"unknown key {key!r}", line=line, hint=f"known keys: {known}"
             ) from None
         msg = str(err["msg"]).removeprefix("Value error, ")
-        raise BadPrompt(f"key {key!r}: {msg}", line=line) from None
+        raise BadPrompt(f"key {key!r}: {msg}", line=line, hint=_KEY_HINTS.get(key, "")) from None
+
+
+_KEY_HINTS = {
+    "agent": 'for example agent = "bash"',
+    "name": 'for example name = "fix-tests"',
+    "workdir": 'an absolute path, for example workdir = "~/src/app"',
+    "timeout": 'for example timeout = "45m", or a number of seconds',
+    "idle_timeout": 'for example idle_timeout = "10m", or a number of seconds',
+    "env": 'a table of strings, for example env = { KEY = "value" }',
+}
 
 
 def _key_line(key: str, fm_lines: list[str]) -> int | None:

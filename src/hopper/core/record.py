@@ -43,7 +43,9 @@ class JobRecord(BaseModel):
     exit_code: int | None = None
     signal: int | None = Field(None, description="the signal that ended the job, if any")
     agent: str
-    attempt: int = 1
+    attempt: int = Field(1, description="1-based; earlier attempts' logs are job.<n>.log")
+    retries: int = Field(0, description="extra attempts allowed after the first")
+    not_before: datetime | None = Field(None, description="a retry waits until this time")
     pid: int | None = Field(None, description="the job's main process (its process group leader)")
     pid_start_time: float | None = Field(None, description="its start time (epoch seconds)")
     supervisor_pid: int | None = None
@@ -62,9 +64,22 @@ class JobRecord(BaseModel):
     finished_at: datetime | None = None
     heartbeat_at: datetime | None = None
     duration_seconds: float | None = None
-    session_id: str | None = None
-    result_path: str | None = None
+    session: str | None = Field(None, description="front matter `session`: the conversation name")
+    session_id: str | None = Field(None, description="the agent's own session / thread id")
+    result_path: str | None = Field(None, description="the agent's final message, in the run dir")
     usage: Usage | None = None
+    turns: int | None = Field(None, description="model turns the agent reported")
+    error_kind: str | None = Field(
+        None,
+        description="for agent_error: auth, rate_limit, overloaded, server, network, "
+        "permission_denied or unknown",
+    )
+    permission_denials: list[str] = Field(
+        default_factory=list, description="tool calls the agent's permission mode refused"
+    )
+    nudges: int | None = Field(
+        None, description="check-loop nudges sent (resumes after a failed check)"
+    )
 
 
 class ExitStatus(BaseModel):
@@ -73,6 +88,7 @@ class ExitStatus(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     started: bool = Field(description="false if the job was never released to run")
+    supervisor_pid: int | None = Field(None, description="who wrote this record")
     pid: int | None = None
     exit_code: int | None = None
     signal: int | None = None

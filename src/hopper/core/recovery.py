@@ -48,6 +48,8 @@ def decide(snap: RunSnapshot) -> Action:
     if record is None:
         if snap.corrupt:
             return Action.NOTHING  # left for a person: never guess over a corrupt record
+        if snap.owner_alive or not snap.same_host:
+            return Action.NOT_MINE  # a claim in progress by a live watcher, or another host's
         if snap.has_prompt:
             return Action.COMPLETE_CLAIM
         return Action.REMOVE_EMPTY_CLAIM if snap.dir_age >= STALE_CLAIM_SECONDS else Action.NOTHING

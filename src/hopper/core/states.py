@@ -33,6 +33,9 @@ class Reason(StrEnum):
     UNKNOWN_AGENT = "unknown_agent"
     SPAWN_FAILED = "spawn_failed"
     LOST = "lost"  # process gone and no exit status was ever recorded
+    AGENT_ERROR = "agent_error"  # the agent reported an error (job.json error_kind says which)
+    CHECK_FAILED = "check_failed"  # the check still failed after max_nudges nudges
+    IDLE_TIMEOUT = "idle_timeout"  # the agent printed nothing for idle_timeout
 
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.ABORTED})
@@ -50,6 +53,9 @@ REASON_STATE: dict[Reason, JobState] = {
     Reason.UNKNOWN_AGENT: JobState.FAILED,
     Reason.SPAWN_FAILED: JobState.FAILED,
     Reason.LOST: JobState.FAILED,
+    Reason.AGENT_ERROR: JobState.FAILED,
+    Reason.CHECK_FAILED: JobState.FAILED,
+    Reason.IDLE_TIMEOUT: JobState.FAILED,
 }
 
 _ALLOWED: frozenset[tuple[JobState, JobState]] = frozenset(

@@ -43,6 +43,36 @@ def send(pid: int, sig: int) -> bool:
     return True
 
 
+def supervisors_of(run_dir: str) -> list[psutil.Process]:
+    """Live supervisor processes serving ``run_dir`` (found by their argv)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if len(cmd) >= 2 and cmd[-1] == run_dir and cmd[-2].endswith("supervise.py"):
+            found.append(proc)
+    return found
+
+
+def end_stale_supervisors(run_dir: str, timeout: float = 5.0) -> int:
+    """Wait for (then kill) supervisors of ``run_dir`` left by a crashed watcher.
+
+    A supervisor whose watcher died before releasing the job notices the
+    closed pipe at once, kills the gated job and exits; this only waits for
+    that, so a new start cannot race the old one's exit record.
+    """
+    procs = supervisors_of(run_dir)
+    if not procs:
+        return 0
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=timeout)
+    return len(procs)
+
+
 def kill_tree(pid: int, sig: int = signal.SIGKILL) -> int:
     """Signal ``pid``'s process group and every descendant; the count signalled.
 

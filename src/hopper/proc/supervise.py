@@ -235,6 +235,7 @@ class Supervisor:
                 sig = os.WTERMSIG(self.status)
         record = {
             "started": started,
+            "supervisor_pid": os.getpid(),
             "pid": self.pid or None,
             "exit_code": code,
             "signal": sig,
@@ -244,14 +245,35 @@ class Supervisor:
             "error": error,
             "finished_at": _iso(time.time()),
         }
+        data = json.dumps(record).encode() + b"\n"
+        delay = 0.1
+        while True:
+            try:
+                self._write_exit(data)
+                break
+            except OSError as exc:
+                # Disk full or a transient I/O error: the exit status is the one
+                # thing recovery cannot reconstruct, so keep trying until it lands.
+                sys.stderr.write(
+                    f"hopper supervisor {self.run_dir}: cannot write exit.json: {exc}; retrying\n"
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _write_exit(self, data: bytes) -> None:
         path = os.path.join(self.run_dir, EXIT_FILE)
         tmp = os.path.join(self.run_dir, f".{EXIT_FILE}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
-            os.write(fd, json.dumps(record).encode() + b"\n")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
-        finally:
+        except BaseException:
             os.close(fd)
+            os.unlink(tmp)
+            raise
+        os.close(fd)
         os.replace(tmp, path)
         dir_fd = os.open(self.run_dir, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -285,7 +307,8 @@ def main(argv: list[str]) -> int:
         os.kill(sup.pid, signal.SIGKILL)
         os.waitpid(sup.pid, 0)
         sup.status = None
-        sup.record(started=False, error="the watcher went away before releasing the job")
+        # Not an error: the job never ran, so recovery may start it again.
+        sup.record(started=False)
         return 0
     os.write(gate_w, b"x")
     os.close(gate_w)

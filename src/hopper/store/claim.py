@@ -41,14 +41,28 @@ class ClaimFailed(OSError):
     """The rename failed for a reason other than losing the race (EXDEV, EACCES …)."""
 
 
-def claim(layout: Layout, prompt: Path, now: datetime, host: str) -> Claimed | None:
-    """Move ``prompt`` into a new run directory. None if another watcher won."""
+def claim(
+    layout: Layout, prompt: Path, now: datetime, host: str, owner: str = ""
+) -> Claimed | None:
+    """Move ``prompt`` into a new run directory. None if another watcher won.
+
+    Raises OSError (ENOSPC …) with nothing left behind but the untouched prompt.
+    """
     inbox_rel = layout.relative(prompt)
     name = prompt_stem(prompt.name)
     run_dir = _make_run_dir(layout, now, name)
     crash_point("claim.after_mkdir")
-    marker = {"inbox_path": inbox_rel, "claimed_at": now.isoformat(), "host": host}
-    write_atomic(run_dir / CLAIM_FILE, json.dumps(marker).encode(), durable=False)
+    marker = {
+        "inbox_path": inbox_rel,
+        "claimed_at": now.isoformat(),
+        "host": host,
+        "owner": owner,
+    }
+    try:
+        write_atomic(run_dir / CLAIM_FILE, json.dumps(marker).encode(), durable=False)
+    except OSError:
+        _discard(run_dir)
+        raise
     try:
         os.rename(prompt, run_dir / PROMPT_FILE)
     except OSError as exc:

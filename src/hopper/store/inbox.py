@@ -62,8 +62,32 @@ def scan(inbox: Path) -> Iterator[Candidate]:
                 yield Candidate(Path(entry.path), st.st_mode, st.st_size, st.st_mtime)
 
 
+def in_scope(inbox: Path, path: Path) -> bool:
+    """Would :func:`scan` find ``path``? (No dot-folder on the way, at most MAX_DEPTH deep.)
+
+    inotify hints come from every watched folder; this keeps them to the same
+    rules as the rescan.
+    """
+    try:
+        parts = path.relative_to(inbox).parts
+    except ValueError:
+        return False
+    folders = parts[:-1]
+    return (
+        bool(parts)
+        and len(folders) <= MAX_DEPTH
+        and not any(part.startswith(".") for part in folders)
+        and is_prompt_name(parts[-1])
+    )
+
+
 def is_settled(candidate: Candidate, now: float, settle: float, has_writer: bool | None) -> bool:
-    """Complete enough to claim? ``has_writer`` None means we could not tell."""
-    if has_writer is False:
-        return True
+    """Complete enough to claim? ``has_writer`` None means we could not tell.
+
+    A file some process holds open for writing is never complete, however long
+    its mtime has been still (a slow writer may pause); only when /proc cannot
+    tell does the mtime decide.
+    """
+    if has_writer is not None:
+        return not has_writer
     return now - candidate.mtime >= settle

@@ -1,0 +1,88 @@
+"""What the Claude, Codex and custom adapters share: a job run by the agent driver.
+
+An agent job's argv is ``python -I -m hopper.agents.drive <run_dir>/agent.spec.json``;
+the spec (written into the run dir, never containing the environment or any
+secret) says which CLI to run and how. See ``hopper.agents.drive``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import hopper
+from hopper.agents.base import JobContext, Preparation
+from hopper.agents.drive import SPEC_FILE
+from hopper.config import AgentConfig
+from hopper.core.prompt import BadPrompt
+
+PROMPT_BODY_FILE = "prompt.body.md"
+DEFAULT_MAX_NUDGES = 2
+REPO = Path(hopper.__file__).resolve().parents[2]
+TOOLS_BIN = REPO / "tools" / "agents" / "node_modules" / ".bin"
+
+
+def find_binary(name: str, configured: str | None) -> str:
+    """The configured binary, else ``name`` on PATH, else the repo's pinned install."""
+    if configured:
+        return os.path.expanduser(configured)
+    found = shutil.which(name)
+    if found:
+        return found
+    local = TOOLS_BIN / name
+    if local.exists():
+        return str(local)
+    raise BadPrompt(
+        f"agent {name!r}: the {name} CLI is not installed",
+        hint=f"install it (scripts/install-agents) or set [agents.{name}] bin in the config",
+    )
+
+
+def sessions_dir(run_dir: Path) -> str:
+    """``<root>/sessions``: a run dir is ``<root>/runs/<job_id>``."""
+    return str(run_dir.parent.parent / "sessions")
+
+
+def prepare_driven(
+    job: JobContext, agent_name: str, kind: str, cfg: AgentConfig, extra: dict[str, Any]
+) -> Preparation:
+    """The Preparation of a driver-run agent job; ``extra`` adds CLI-specific spec keys."""
+    spec = job.spec
+    body = spec.body.strip()
+    if not body:
+        raise BadPrompt("has no prompt text", hint="write the task below the front matter")
+    opts = spec.options
+    idle = spec.idle_timeout_seconds
+    driver_spec: dict[str, Any] = {
+        "kind": kind,
+        "agent_name": agent_name,
+        "job_id": job.job_id,
+        "run_dir": str(job.run_dir),
+        "workdir": str(job.workdir),
+        "prompt_file": str(job.run_dir / PROMPT_BODY_FILE),
+        "args": list(cfg.args),
+        "model": cfg.model,
+        "session": opts.session,
+        "sessions_dir": sessions_dir(job.run_dir),
+        "check": opts.check,
+        "max_nudges": (opts.max_nudges if opts.max_nudges is not None else DEFAULT_MAX_NUDGES),
+        "idle_timeout": idle if idle is not None else cfg.idle_timeout,
+        "api_retries": cfg.api_retries,
+        "retry_backoff": cfg.retry_backoff,
+        "grace": 5.0,
+        **extra,
+    }
+    return Preparation(
+        argv=[sys.executable, "-I", "-m", "hopper.agents.drive", str(job.run_dir / SPEC_FILE)],
+        env=dict(cfg.env),
+        files={
+            PROMPT_BODY_FILE: body + "\n",
+            SPEC_FILE: json.dumps(driver_spec, indent=2) + "\n",
+        },
+        stop_signals=[signal.SIGINT, signal.SIGTERM],
+    )

@@ -1,0 +1,187 @@
+"""``hopper watch``: a live terminal view over the same files.
+
+A status bar pinned at the top (counts by state, whether the watcher looks
+alive, the oldest heartbeat of a running job), the running jobs with the
+selected one marked, and below them the live tail of the selected job's
+job.log. Keys: j/k or the arrows switch job, ``a`` aborts the selected job
+(after a y/n confirmation; abort is ``touch runs/<id>/ABORT``), ``c`` toggles
+copy mode (the output stops scrolling so it can be selected), ``q`` quits.
+
+``curses.wrapper`` restores the terminal on every way out: ``q``, Ctrl+C
+(cbreak mode keeps SIGINT) and an exception.
+"""
+
+from __future__ import annotations
+
+import argparse
+import curses
+import time
+from typing import Any
+
+from hopper.cli.common import add_root_args, context
+from hopper.core.durations import format_duration
+from hopper.core.overview import Liveness, Overview, overview
+from hopper.core.states import JobState
+from hopper.core.summary import JobSummary
+from hopper.store.index import JobIndex
+from hopper.store.jobfile import ABORT_FILE, LOG_FILE
+from hopper.store.layout import Layout
+from hopper.store.tail import tail_lines
+
+TICK_MS = 250
+JOBS_EVERY = 1.0  # seconds between index refreshes
+HELP = "j/k switch job  a abort  c copy mode  q quit"
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("watch", help="a live view: status bar and the selected job's output")
+    add_root_args(p)
+    p.set_defaults(handler=handle)
+
+
+def status_bar(ov: Overview, copy_mode: bool) -> str:
+    counts = " ".join(f"{s.value} {ov.counts[s]}" for s in JobState)
+    age = ov.freshest_heartbeat_age
+    watcher = ov.watcher.value + (
+        f" ({format_duration(age)} ago)" if age is not None and ov.watcher is Liveness.STALE else ""
+    )
+    oldest = (
+        format_duration(ov.oldest_heartbeat_age) if ov.oldest_heartbeat_age is not None else "-"
+    )
+    mode = " [COPY MODE]" if copy_mode else ""
+    # Liveness first: on a narrow terminal the counts are what gets clipped.
+    return f" hopper{mode} | watcher {watcher} | oldest heartbeat {oldest} | {counts}"
+
+
+class View:
+    def __init__(self, layout: Layout, index: JobIndex, stale_after: float) -> None:
+        self.layout = layout
+        self.index = index
+        self.stale_after = stale_after
+        self.jobs: list[JobSummary] = []
+        self.running: list[JobSummary] = []
+        self.selected: str | None = None
+        self.copy_mode = False
+        self.frozen: list[str] = []
+        self.confirm: JobSummary | None = None
+        self.message = ""
+        self.next_jobs = 0.0
+
+    def load_jobs(self) -> None:
+        self.index.refresh()
+        self.jobs = self.index.jobs()
+        self.running = [j for j in self.jobs if j.state is JobState.RUNNING]
+        ids = [j.id for j in self.running]
+        if self.selected not in ids:
+            self.selected = ids[0] if ids else None
+
+    def current(self) -> JobSummary | None:
+        return next((j for j in self.running if j.id == self.selected), None)
+
+    def move(self, step: int) -> None:
+        if not self.running:
+            return
+        ids = [j.id for j in self.running]
+        at = ids.index(self.selected) if self.selected in ids else 0
+        self.selected = ids[(at + step) % len(ids)]
+        self.frozen = []
+
+    def key(self, ch: int) -> bool:
+        """Act on one key; False to quit."""
+        if self.confirm is not None:
+            job, self.confirm = self.confirm, None
+            if ch in (ord("y"), ord("Y")):
+                (self.layout.run_dir(job.id) / ABORT_FILE).touch()
+                self.message = f"abort requested: {job.name} ({job.id})"
+            else:
+                self.message = "abort cancelled"
+            return True
+        if ch in (ord("q"), ord("Q")):
+            return False
+        if ch in (ord("j"), curses.KEY_DOWN, curses.KEY_RIGHT):
+            self.move(1)
+        elif ch in (ord("k"), curses.KEY_UP, curses.KEY_LEFT):
+            self.move(-1)
+        elif ch == ord("a"):
+            self.confirm = self.current()
+            self.message = "" if self.confirm else "no running job selected"
+        elif ch == ord("c"):
+            self.copy_mode = not self.copy_mode
+            self.frozen = []
+        return True
+
+    def output(self, rows: int) -> list[str]:
+        if self.copy_mode and self.frozen:
+            return self.frozen
+        job = self.current()
+        if job is None or rows <= 0:
+            return []
+        lines, _ = tail_lines(self.layout.run_dir(job.id) / LOG_FILE, rows)
+        text = [ln.decode("utf-8", "replace").replace("\r", "").expandtabs() for ln in lines]
+        if self.copy_mode:
+            self.frozen = text
+        return text
+
+    def draw(self, scr: Any) -> None:
+        height, width = scr.getmaxyx()
+        scr.erase()
+        ov = overview(self.jobs, time.time(), self.stale_after)
+        put(scr, 0, status_bar(ov, self.copy_mode).ljust(width), width, curses.A_REVERSE)
+        if self.running:
+            tabs = "  ".join(
+                (f"[{j.name}]" if j.id == self.selected else j.name) for j in self.running
+            )
+            job = self.current()
+            where = f"{self.running.index(job) + 1}/{len(self.running)}" if job else ""
+            put(scr, 1, f" running {where}: {tabs}", width, curses.A_BOLD)
+        else:
+            put(scr, 1, " no running jobs", width, curses.A_BOLD)
+        for i, line in enumerate(self.output(height - 3)):
+            put(scr, 2 + i, line, width, 0)
+        if self.confirm is not None:
+            footer = f" abort {self.confirm.name} ({self.confirm.id})? y/n"
+            put(scr, height - 1, footer.ljust(width), width, curses.A_REVERSE)
+        else:
+            put(scr, height - 1, f" {self.message or HELP}", width, curses.A_DIM)
+        scr.refresh()
+
+    def run(self, scr: Any) -> None:
+        try:
+            curses.curs_set(0)
+        except curses.error:
+            pass
+        scr.timeout(TICK_MS)
+        while True:
+            now = time.monotonic()
+            if now >= self.next_jobs:
+                self.load_jobs()
+                self.next_jobs = now + JOBS_EVERY
+            self.draw(scr)
+            ch = scr.getch()
+            if ch == -1:
+                continue
+            if ch == curses.KEY_RESIZE:
+                continue
+            if not self.key(ch):
+                return
+            if ch in (ord("y"), ord("Y")):
+                self.next_jobs = 0.0  # show the abort's effect without waiting a tick
+
+
+def put(scr: Any, y: int, text: str, width: int, attr: int) -> None:
+    """Write one clipped line; curses refuses the bottom-right cell, so stop short of it."""
+    try:
+        scr.addnstr(y, 0, text, max(0, width - 1), attr)
+    except curses.error:
+        pass
+
+
+def handle(args: argparse.Namespace) -> int:
+    layout, config = context(args)
+    with JobIndex.open(layout) as index:
+        view = View(layout, index, stale_after=3 * config.heartbeat_interval)
+        try:
+            curses.wrapper(view.run)
+        except KeyboardInterrupt:
+            pass  # Ctrl+C is a way to quit; wrapper has already restored the terminal
+    return 0

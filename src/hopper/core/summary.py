@@ -1,0 +1,66 @@
+"""A job at a glance: the few fields listings, filters and tallies need.
+
+:class:`JobSummary` is what the status index stores per run directory and
+hands back without re-reading job.json, so a listing of 100,000 jobs never
+parses 100,000 records. It is derived from a :class:`JobRecord` by
+:func:`summarize`, and nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import PurePosixPath
+
+from hopper.core.record import JobRecord, Usage
+from hopper.core.states import JobState
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    id: str
+    name: str
+    agent: str
+    state: JobState
+    reason: str | None
+    group: str
+    attempt: int
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    heartbeat_at: float | None
+    duration_seconds: float | None
+    usage: Usage | None
+
+
+def group_of(inbox_path: str) -> str:
+    """The inbox sub-folder a prompt was dropped in: ``inbox/team/a/x.prompt.md`` -> ``team``.
+
+    A prompt dropped at the top of the inbox has no group (``""``).
+    """
+    parts = PurePosixPath(inbox_path).parts
+    if parts[:1] == ("inbox",):
+        parts = parts[1:]
+    return parts[0] if len(parts) > 1 else ""
+
+
+def epoch(moment: datetime | None) -> float | None:
+    return moment.timestamp() if moment is not None else None
+
+
+def summarize(record: JobRecord) -> JobSummary:
+    return JobSummary(
+        id=record.id,
+        name=record.name,
+        agent=record.agent,
+        state=record.state,
+        reason=record.reason.value if record.reason else None,
+        group=group_of(record.inbox_path),
+        attempt=record.attempt,
+        created_at=record.created_at.timestamp(),
+        started_at=epoch(record.started_at),
+        finished_at=epoch(record.finished_at),
+        heartbeat_at=epoch(record.heartbeat_at),
+        duration_seconds=record.duration_seconds,
+        usage=record.usage,
+    )

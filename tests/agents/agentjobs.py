@@ -1,0 +1,61 @@
+"""Helpers for agent jobs end to end: a config pointing hopper's agents at the model server."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agents_env import claude_bin, claude_env, codex_bin, codex_env
+from conftest import FAST_CONFIG
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return str(v)
+    return json.dumps(v)  # strings and lists of strings: JSON is valid TOML here
+
+
+def agent_config(
+    config_file: Path,
+    tmp_path: Path,
+    url: str,
+    *,
+    claude_retries: int = 0,
+    **tables: dict[str, Any],
+) -> dict[str, dict[str, str]]:
+    """Write the config: fast timings, [agents.claude] and [agents.codex] for the server."""
+    home = tmp_path / "agent-home"
+    envs = {
+        "claude": claude_env(home, url, max_retries=claude_retries),
+        "codex": codex_env(home, url),
+    }
+    base: dict[str, dict[str, Any]] = {
+        "claude": {
+            "bin": claude_bin(),
+            "permission_mode": "bypassPermissions",
+            "retry_backoff": "0.1s",
+        },
+        "codex": {"bin": codex_bin(), "sandbox": "workspace-write", "retry_backoff": "0.1s"},
+    }
+    for name, extra in tables.items():
+        base.setdefault(name, {}).update(extra)
+    text = FAST_CONFIG
+    for name, table in base.items():
+        text += f"\n[agents.{name}]\n"
+        text += "".join(f"{k} = {_value(v)}\n" for k, v in table.items() if v is not None)
+        if name in envs:
+            text += f"[agents.{name}.env]\n"
+            text += "".join(f"{k} = {_value(v)}\n" for k, v in envs[name].items())
+    config_file.write_text(text)
+    return envs
+
+
+def prompt(agent: str, body: str, **options: Any) -> str:
+    front = "".join(f"{k} = {_value(v)}\n" for k, v in options.items())
+    return f'+++\nagent = "{agent}"\n{front}+++\n{body}\n'

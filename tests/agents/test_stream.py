@@ -1,0 +1,152 @@
+"""The stream parsers and the verdicts, on the recorded real streams in tests/data/. Pure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hopper.agents.drive import build_argv
+from hopper.agents.stream import parse_line, replay
+from hopper.core.agent_outcome import error_kind, final_reason, judge, retryable
+from hopper.core.sessions import busy_sessions, session_free
+from hopper.core.states import Reason
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def recorded(agent: str, name: str) -> list[str]:
+    return (DATA / agent / f"{name}.jsonl").read_text().splitlines()
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_tool_call_stream(agent: str) -> None:
+    state, lines = replay(agent, recorded(agent, "tool_call"))
+    summary = state.summary()
+    assert summary["result"] == "Created made.txt."
+    assert summary["session_id"] and summary["tool_calls"] == 1
+    assert summary["usage"]["output_tokens"] == 10
+    assert judge(summary, 0).ok
+    log = "\n".join(lines)
+    assert "touch made.txt" in log and "Created made.txt." in log and "[tool result]" in log
+
+
+def test_claude_usage_cost_and_turns() -> None:
+    state, _ = replay("claude", recorded("claude", "tool_call"))
+    assert state.num_turns == 2 and state.cost_usd and state.cost_usd > 0
+
+
+@pytest.mark.parametrize(
+    ("agent", "name", "kind"),
+    [
+        ("claude", "error_401", "auth"),
+        ("claude", "error_500", "server"),
+        ("codex", "error_401", "auth"),
+        ("codex", "error_429_no_retry", "rate_limit"),
+        ("claude", "permission_denied", "permission_denied"),
+    ],
+)
+def test_errors_are_classified(agent: str, name: str, kind: str) -> None:
+    state, _ = replay(agent, recorded(agent, name))
+    verdict = judge(state.summary(), 1)
+    assert not verdict.ok and verdict.kind == kind
+
+
+def test_permission_denials_listed() -> None:
+    state, lines = replay("claude", recorded("claude", "permission_denied"))
+    assert state.permission_denials == ["Bash: touch made.txt"]
+    assert any(line.startswith("[denied]") for line in lines)
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_retries_are_rendered_not_fatal(agent: str) -> None:
+    state, lines = replay(agent, recorded(agent, "retry_429"))
+    assert state.api_retries == 1 and judge(state.summary(), 0).ok
+    assert any(line.startswith("[retry]") for line in lines)
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+@pytest.mark.parametrize("name", ["sigint", "sigterm"])
+def test_interrupted_runs_are_not_success(agent: str, name: str) -> None:
+    state, _ = replay(agent, recorded(agent, name))
+    assert not judge(state.summary(), 0).ok
+
+
+@pytest.mark.parametrize("agent", ["claude", "codex"])
+def test_resume_keeps_the_session_id(agent: str) -> None:
+    first, _ = replay(agent, recorded(agent, "resume_1"))
+    second, _ = replay(agent, recorded(agent, "resume_2"))
+    assert first.session_id == second.session_id and second.result == "Second answer."
+
+
+def test_parse_line_tolerates_junk() -> None:
+    assert parse_line(b"") is None and parse_line("not json") is None
+    assert parse_line("[1]") is None and parse_line('{"type": "x"') is None
+    assert parse_line(b'{"type": "x"}\n') == {"type": "x"}
+
+
+@pytest.mark.parametrize(
+    ("status", "text", "kind"),
+    [
+        (401, "", "auth"),
+        (429, "", "rate_limit"),
+        (529, "", "overloaded"),
+        (503, "", "server"),
+        (None, "Connection refused", "network"),
+        (None, "stream disconnected before completion", "network"),
+        (None, "unexpected status 401 Unauthorized", "auth"),
+        (None, "something odd", "unknown"),
+    ],
+)
+def test_error_kind(status: int | None, text: str, kind: str) -> None:
+    assert error_kind(status, text) == kind
+
+
+def test_retryable_kinds() -> None:
+    assert retryable("rate_limit") and retryable("network") and retryable("overloaded")
+    assert not retryable("auth") and not retryable("permission_denied") and not retryable(None)
+
+
+def test_final_reason_only_refines_an_undisturbed_exit() -> None:
+    agent = {"outcome": "agent_error", "detail": "d"}
+    assert final_reason(Reason.EXIT_NONZERO, agent) == (Reason.AGENT_ERROR, "d")
+    assert final_reason(Reason.ABORTED, agent) is None
+    assert final_reason(Reason.COMPLETED, None) is None
+    assert final_reason(Reason.EXIT_NONZERO, {"outcome": "check_failed", "detail": "c"}) == (
+        Reason.CHECK_FAILED,
+        "c",
+    )
+
+
+def test_sessions_one_at_a_time() -> None:
+    busy = busy_sessions(["a", None], ["b"])
+    assert busy == {"a", "b"}
+    assert not session_free("a", busy) and session_free("c", busy) and session_free(None, busy)
+
+
+def test_argv_never_contains_the_prompt() -> None:
+    spec = {
+        "kind": "claude",
+        "bin": "claude",
+        "permission_mode": "bypassPermissions",
+        "prompt_file": "/r/prompt.body.md",
+    }
+    assert build_argv(spec, "u-1", False) == [
+        "claude", "-p", "--output-format", "stream-json", "--verbose",
+        "--permission-mode", "bypassPermissions", "--session-id", "u-1",
+    ]  # fmt: skip
+    assert build_argv(spec, "u-1", True)[-2:] == ["--resume", "u-1"]
+    codex = {"kind": "codex", "bin": "codex", "sandbox": "workspace-write"}
+    assert build_argv(codex, "t", True) == [
+        "codex", "exec", "--json", "--skip-git-repo-check", "-s", "workspace-write",
+        "resume", "t", "-",
+    ]  # fmt: skip
+    custom = {
+        "kind": "custom",
+        "bin": "x",
+        "argv": ["x", "--in={prompt_file}", "{workdir}", "$(rm -rf /)"],
+        "prompt_file": "/r/p.md",
+        "workdir": "/w",
+        "run_dir": "/r",
+    }
+    assert build_argv(custom, None, False) == ["x", "--in=/r/p.md", "/w", "$(rm -rf /)"]
