@@ -72,3 +72,17 @@ def test_signal_name() -> None:
 def test_unknown_signal_number_still_classifies() -> None:
     outcome = classify(status(signal=99), None)
     assert outcome.reason is Reason.SIGNALED and "signal 99" in outcome.detail
+
+
+def test_limits_name_the_figures_and_beat_a_stop_request() -> None:
+    from hopper.core.record import Resources
+
+    used = Resources(cpu_seconds=1.0, peak_rss_bytes=300 << 20, output_bytes=5 << 20)
+    memory = classify(status(signal=15, limit="memory", resources=used), None)
+    assert memory.reason is Reason.MEMORY_LIMIT and "300.0M" in memory.detail
+    output = classify(status(signal=9, limit="output", resources=used), Reason.ABORTED)
+    assert output.reason is Reason.OUTPUT_LIMIT and "5.0M written" in output.detail
+    bare = classify(status(exit_code=143, limit="memory"), None)
+    assert bare.reason is Reason.MEMORY_LIMIT and bare.detail.endswith("memory_max")
+    # A spawn failure or a timeout the supervisor recorded still comes first.
+    assert classify(status(timed_out=True, limit="memory"), None).reason is Reason.TIMEOUT

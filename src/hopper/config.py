@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from hopper.core.durations import BadDuration, parse_duration
+from hopper.core.sizes import BadSize, parse_limit
 from hopper.errors import ConfigError
 
 
@@ -29,6 +30,19 @@ def _seconds(value: object) -> object:
 
 
 Seconds = Annotated[float, BeforeValidator(_seconds), Field(ge=0)]
+
+
+def _limit(value: object) -> object:
+    if value is None or isinstance(value, str | int | float):
+        try:
+            return parse_limit(value)
+        except BadSize as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
+# A size limit in bytes ("512M", "6G", a number of bytes); "none" for no limit.
+SizeLimit = Annotated[int | None, BeforeValidator(_limit)]
 
 
 class AgentConfig(BaseModel):
@@ -52,6 +66,43 @@ class AgentConfig(BaseModel):
     stdin: bool = Field(True, description="custom agent: the prompt on stdin")
 
 
+class Limits(BaseModel):
+    """``[limits]``: slots per agent and per group, under the global ``max_parallel``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent_default: int = Field(
+        1, ge=1, description="jobs of one agent at once (agents not listed; bash: max_parallel)"
+    )
+    agents: dict[str, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict, description="per agent: claude = 2, bash = 8 …"
+    )
+    group_default: int | None = Field(
+        None, ge=1, description="jobs of one group at once (groups not listed); none: no limit"
+    )
+    groups: dict[str, Annotated[int, Field(ge=1)]] = Field(
+        default_factory=dict, description="per group (inbox sub-folder or `group =`)"
+    )
+
+
+class Route(BaseModel):
+    """``[routes."owner/repo/{branch}"]``: defaults for prompts dropped under that sub-path.
+
+    ``{name}`` segments of the key match any one folder; their values fill
+    ``{name}`` in the string values below (``ref = "{branch}"``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agent: str | None = None
+    workdir: str | None = None
+    workspace: Literal["none", "folder", "worktree"] | None = None
+    ref: str | None = None
+    group: str | None = None
+    priority: int | None = None
+    timeout: Seconds | None = None
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -61,6 +112,15 @@ class Config(BaseModel):
     workdir: str | None = Field(None, description="default working directory; else the run dir")
     timeout: Seconds | None = Field(None, description="default wall-clock limit per job")
     kill_grace: Seconds = Field(10.0, description="between the stop signal and SIGKILL")
+    memory_max: SizeLimit = Field(
+        6 << 30, description="default limit on a job's process tree RSS (memory_limit); none: off"
+    )
+    output_max: SizeLimit = Field(
+        100 << 20, description="default limit on a job's job.log size (output_limit); none: off"
+    )
+    sample_interval: Seconds = Field(
+        1.0, gt=0, description="how often a job's supervisor measures CPU, memory and output"
+    )
     heartbeat_interval: Seconds = Field(5.0, gt=0)
     rescan_interval: Seconds = Field(5.0, gt=0, description="full inbox rescan period")
     settle: Seconds = Field(2.0, description="a rescanned prompt still for this long is complete")
@@ -82,6 +142,13 @@ class Config(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, description="added to every job's env")
     agents: dict[str, AgentConfig] = Field(
         default_factory=dict, description="per-agent settings; see docs/agents.md"
+    )
+    limits: Limits = Field(default_factory=Limits, description="slots per agent and group")
+    dependency_timeout: Seconds = Field(
+        3600.0, description="an `after` name that never appears fails the job after this long"
+    )
+    routes: dict[str, Route] = Field(
+        default_factory=dict, description="inbox sub-path -> defaults; see docs/scheduling.md"
     )
 
 

@@ -17,8 +17,9 @@ from pathlib import Path
 from hopper.agents.base import Agent
 from hopper.agents.registry import UnknownAgent, lookup
 from hopper.clock import Clock
-from hopper.config import Config
+from hopper.config import Config, Route
 from hopper.core import prompt as prompts
+from hopper.core import routing
 from hopper.core.jobid import prompt_stem
 from hopper.core.prompt import BadPrompt, PromptSpec
 from hopper.core.record import JobRecord
@@ -159,23 +160,46 @@ class Intake:
             lookup(self.agents, record.agent)
         except UnknownAgent as exc:
             return self.reject(run_dir, record, Reason.UNKNOWN_AGENT, f"{claimed.inbox_rel}: {exc}")
-        write_record(run_dir, record)
+        # Not fsynced: if a power cut loses it, prompt.md and claim.json are still
+        # there and recovery completes the claim; the running record is durable.
+        write_record(run_dir, record, durable=False)
         crash_point("claim.after_record")
         append_event(run_dir, "queued", now, name=record.name, agent=record.agent)
         log.info("job=%s state=queued name=%s agent=%s", record.id, record.name, record.agent)
         return record
 
     def _queued(self, base: JobRecord, spec: PromptSpec) -> JobRecord:
+        """Front matter wins over the inbox route, which wins over the config."""
         opts = spec.options
         timeout = spec.timeout_seconds
+        folders = routing.subpath(base.inbox_path)
+        match = routing.match_route(list(self.config.routes), folders)
+        route = self.config.routes[match.key] if match else Route()
+        values = match.values if match else {}
+
+        def routed(value: str | None) -> str | None:
+            return routing.fill(value, values) if value is not None else None
+
+        workspace = routing.first(opts.workspace, route.workspace) or "none"
+        workdir = routing.first(opts.workdir, routed(route.workdir), self.config.workdir)
+        worktree = workspace == "worktree"
         return base.model_copy(
             update={
                 "name": opts.name or base.name,
-                "agent": opts.agent or self.config.default_agent,
-                "workdir": opts.workdir or self.config.workdir,
-                "timeout_seconds": timeout if timeout is not None else self.config.timeout,
+                "agent": routing.first(opts.agent, route.agent) or self.config.default_agent,
+                "workdir": workdir,
+                "timeout_seconds": routing.first(timeout, route.timeout, self.config.timeout),
                 "retries": opts.retries if opts.retries is not None else self.config.retries,
                 "session": opts.session,
+                "priority": routing.first(opts.priority, route.priority) or 0,
+                "group": routing.first(opts.group, routed(route.group), routing.group_of(folders)),
+                "after": list(opts.after),
+                "workspace": workspace,
+                "repo": workdir if worktree else None,
+                "ref": routing.first(opts.ref, routed(route.ref)) if worktree else None,
+                "branch": opts.branch if worktree else None,
+                "memory_max_bytes": spec.limit_bytes("memory_max", self.config.memory_max),
+                "output_max_bytes": spec.limit_bytes("output_max", self.config.output_max),
             }
         )
 

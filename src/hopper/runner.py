@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from hopper import workspace
 from hopper.agents.base import JobContext, Preparation
 from hopper.agents.registry import lookup
 from hopper.agents.summary import read_agent_summary, record_fields
@@ -26,6 +27,7 @@ from hopper.core.prompt import BadPrompt
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.retry import backoff, should_retry
 from hopper.core.states import JobState, Reason, check_transition, state_for
+from hopper.core.templates import template_values
 from hopper.faults import crash_point
 from hopper.intake import Intake, read_prompt
 from hopper.proc import identity, spawn
@@ -38,9 +40,11 @@ from hopper.store.jobfile import (
     PROMPT_FILE,
     append_event,
     read_exit,
+    read_resources,
     write_record,
 )
 from hopper.store.layout import Layout
+from hopper.workspace import WorkspaceFailed
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +53,20 @@ log = logging.getLogger(__name__)
 SERVICE_ONLY_ENV = frozenset(
     {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "INVOCATION_ID"}
 )
+
+
+def _reap_adopted(pid: int | None) -> None:
+    """Reap an adopted supervisor if it is our child (after a SIGHUP re-exec it is).
+
+    Only that pid: a blanket waitpid(-1) would steal statuses from Popen objects.
+    A zombie keeps its pid, so this cannot hit an unrelated process.
+    """
+    if pid is None:
+        return
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # not ours (adopted after a crash): init reaps it
 
 
 @dataclass
@@ -68,12 +86,20 @@ class Runner:
     clock: Clock
     running: dict[str, Running] = field(default_factory=dict)
     _reap: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    pool: spawn.SupervisorPool | None = None  # warm supervisors, owned by the watcher
     requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler
     io_errors: int = 0  # failed writes since start (disk full …), for status reports
 
     # -- start ------------------------------------------------------------------
     def start(self, record: JobRecord) -> None:
         run_dir = self.layout.run_dir(record.id)
+        try:
+            record = self._workspace(record)
+        except WorkspaceFailed as exc:
+            self.intake.reject(
+                run_dir, record, Reason.WORKSPACE_FAILED, f"{record.inbox_path}: {exc}"
+            )
+            return
         try:
             prep, workdir = self._prepare(record, run_dir)
         except BadPrompt as exc:
@@ -86,6 +112,7 @@ class Runner:
             "HOPPER_JOB_ID": record.id,
             "HOPPER_RUN_DIR": str(run_dir),
             "HOPPER_ROOT": str(self.layout.root),
+            **({"HOPPER_BRANCH": record.branch} if record.branch else {}),
         }
         launch = spawn.LaunchSpec(
             argv=prep.argv,
@@ -95,9 +122,12 @@ class Runner:
             stop_signals=prep.stop_signals,
             grace=self.config.kill_grace,
             timeout=record.timeout_seconds,
+            memory_max=record.memory_max_bytes,
+            output_max=record.output_max_bytes,
+            sample_interval=self.config.sample_interval,
         )
         try:
-            proc = spawn.launch(run_dir, launch)
+            proc = spawn.launch(run_dir, launch, self.pool)
             pid = spawn.read_pid(proc)
         except spawn.SpawnFailed as exc:
             self.intake.reject(run_dir, record, Reason.SPAWN_FAILED, str(exc))
@@ -139,13 +169,30 @@ class Runner:
         spec = prompts.parse(read_prompt(run_dir / PROMPT_FILE, self.config.max_prompt_bytes))
         workdir = self._workdir(record, run_dir)
         agent = lookup(self.intake.agents, record.agent)
-        prep = agent.prepare(JobContext(record.id, record.name, run_dir, workdir, spec))
+        values = template_values(record, workdir)
+        prep = agent.prepare(JobContext(record.id, record.name, run_dir, workdir, spec, values))
         for name, content in prep.files.items():
             write_atomic(run_dir / name, content.encode(), durable=False)
         return prep, workdir
 
+    def _workspace(self, record: JobRecord) -> JobRecord:
+        """Make the folder or worktree (a retry reuses it); its paths go into the record."""
+        ws = workspace.prepare(self.layout, record)
+        if ws is None:
+            return record
+        return record.model_copy(
+            update={
+                "workspace_path": str(ws.path),
+                "branch": ws.branch,
+                "ref": ws.ref,
+                "repo": str(ws.repo) if ws.repo else record.repo,
+            }
+        )
+
     @staticmethod
     def _workdir(record: JobRecord, run_dir: Path) -> Path:
+        if record.workspace_path:
+            return Path(record.workspace_path)
         if not record.workdir:
             return run_dir
         raw = record.workdir
@@ -213,7 +260,11 @@ class Runner:
             return
         mono = self.clock.monotonic()
         if mono >= job.next_heartbeat:
-            job.record = job.record.model_copy(update={"heartbeat_at": self.clock.now()})
+            update: dict[str, object] = {"heartbeat_at": self.clock.now()}
+            live = read_resources(job.run_dir)  # the supervisor's latest measurement
+            if live is not None:
+                update["resources"] = live
+            job.record = job.record.model_copy(update=update)
             write_record(job.run_dir, job.record, durable=False)
             job.next_heartbeat = mono + self.config.heartbeat_interval
 
@@ -246,6 +297,8 @@ class Runner:
         self.running.pop(job.record.id, None)
         if job.supervisor is not None:
             self._reap.append(job.supervisor)
+        else:
+            _reap_adopted(job.record.supervisor_pid)
         outcome = classify(status, job.record.stop_requested)
         now = self.clock.now()
         append_event(
@@ -256,6 +309,8 @@ class Runner:
             signal=status.signal,
             timed_out=status.timed_out,
             leftovers_killed=status.leftovers_killed,
+            limit=status.limit,
+            resources=status.resources.model_dump() if status.resources else None,
         )
         reason, detail = outcome.reason, outcome.detail
         agent = read_agent_summary(job.run_dir)
@@ -291,6 +346,12 @@ class Runner:
         status: ExitStatus | None,
     ) -> None:
         now = self.clock.now()
+        if record.state is JobState.RUNNING:
+            # Final figures from exit.json; else (lost) the last live ones.
+            used = status.resources if status is not None else None
+            used = used or read_resources(run_dir)
+            if used is not None:
+                record = record.model_copy(update={"resources": used})
         if record.state is JobState.RUNNING and should_retry(
             reason, record.attempt, record.retries
         ):

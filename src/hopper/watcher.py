@@ -29,20 +29,25 @@ from hopper.clock import Clock, SystemClock
 from hopper.config import Config
 from hopper.core.record import JobRecord
 from hopper.core.recovery import Action
-from hopper.core.sessions import busy_sessions, session_free
-from hopper.core.states import Reason
+from hopper.core.schedule import KnownJob, Limits, schedule
+from hopper.core.states import JobState, Reason
+from hopper.errors import JobFileCorrupt
 from hopper.intake import Identity, Intake
 from hopper.proc import identity
 from hopper.proc.openfiles import open_for_writing
+from hopper.proc.spawn import SupervisorPool
 from hopper.reconcile import reconcile
 from hopper.runner import Runner
 from hopper.sdnotify import Notifier
 from hopper.store.claim import ClaimFailed
 from hopper.store.inbox import Candidate, in_scope, is_settled, scan
 from hopper.store.inbox_events import InboxEvents, InboxObserver
-from hopper.store.jobfile import ABORT_FILE
+from hopper.store.jobfile import ABORT_FILE, append_event, read_record, write_record
+from hopper.store.known import KnownJobs
 from hopper.store.layout import Layout
+from hopper.store.markers import read_pause, take_priority_request
 from hopper.wake import Waker
+from hopper.workspace import remove_worktree
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +89,15 @@ class Watcher:
         self._next_notify = 0.0
         self.notifier = Notifier()
         self._stop_deadline: float | None = None
+        self.limits = Limits(
+            max_parallel=config.max_parallel,
+            agents=config.limits.agents,
+            agent_default=config.limits.agent_default,
+            groups=config.limits.groups,
+            group_default=config.limits.group_default,
+        )
+        self.known = KnownJobs(layout)
+        self._paused: frozenset[str] = frozenset()  # queued ids held only by PAUSE
 
     # -- lifecycle --------------------------------------------------------------
     def run(self, *, until_idle: bool = False) -> int:
@@ -93,6 +107,8 @@ class Watcher:
         previous = self._install_signals()
         observer = InboxObserver(self.layout.inbox, self.events)
         observer.start()
+        self.runner.pool = SupervisorPool(size=min(2, self.config.max_parallel))
+        self.runner.pool.fill()
         try:
             self._reconcile()
             self._rescan(full=True)
@@ -120,6 +136,7 @@ class Watcher:
                 self.notifier.reloading()
             else:
                 self.notifier.stopping()
+            self.runner.pool.close()
             observer.stop()
             self.waker.close()
             for signum, handler in previous.items():
@@ -182,8 +199,16 @@ class Watcher:
             self._guarded("start", self._start_queued)
             if self.clock.monotonic() >= self._next_reconcile:
                 self._guarded("reconcile", self._reconcile)
+        worktrees = {
+            i: j.record for i, j in self.runner.running.items() if j.record.workspace == "worktree"
+        }
+        before = len(self.runner.running)
         self.runner.poll()
-        self._reap_orphans()
+        if worktrees:
+            self._guarded("workspace", lambda: self._after_poll(worktrees))
+        if len(self.runner.running) < before and not self.flags.stop:
+            # A slot just freed: fill it now, not a poll_interval later.
+            self._guarded("start", self._start_queued)
 
     def _guarded(self, phase: str, step: Callable[[], None]) -> None:
         try:
@@ -199,20 +224,10 @@ class Watcher:
         if acted:
             log.info("recovered: %s", ", ".join(f"{k}={v}" for k, v in acted.items()))
 
-    @staticmethod
-    def _reap_orphans() -> None:
-        """Reap exited children no Popen tracks (supervisors of a previous exec)."""
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-
     def idle(self) -> bool:
+        held = not self.runner.running and set(self.queued) <= self._paused  # PAUSE: drained
         return (
-            not self.queued
+            (not self.queued or held)
             and not self.runner.requeued
             and not self.runner.running
             and not self._waiting
@@ -281,23 +296,36 @@ class Watcher:
 
     # -- scheduling -------------------------------------------------------------
     def _start_queued(self) -> None:
+        """Abort, reprioritise, then ask core/schedule.py what starts and what fails."""
         for retry in self.runner.requeued:
             self.queued[retry.id] = retry
         self.runner.requeued.clear()
-        now = self.clock.now()
         for job_id in sorted(self.queued):
-            record = self.queued[job_id]
-            if (self.layout.run_dir(job_id) / ABORT_FILE).exists():
-                del self.queued[job_id]
-                self.runner.abort_queued(record)
+            run_dir = self.layout.run_dir(job_id)
+            if (run_dir / ABORT_FILE).exists():
+                self.runner.abort_queued(self.queued.pop(job_id))
                 continue
-            if len(self.runner.running) >= self.config.max_parallel:
-                continue
-            if record.not_before is not None and record.not_before > now:
-                continue  # a retry still backing off
-            if not session_free(record.session, self._busy_sessions(job_id)):
-                continue  # one job of a session at a time, in claim order
-            del self.queued[job_id]
+            self._apply_priority(job_id, run_dir)
+        if not self.queued:
+            self._paused = frozenset()
+            return
+        decision = schedule(
+            queued=list(self.queued.values()),
+            running=[j.record for j in self.runner.running.values()],
+            limits=self.limits,
+            pause=read_pause(self.layout, (r.group for r in self.queued.values())),
+            known=self._known_jobs(),
+            now=self.clock.now(),
+            dependency_timeout=self.config.dependency_timeout,
+        )
+        self._paused = decision.paused
+        for failure in decision.fail:
+            record = self.queued.pop(failure.job_id)
+            self.intake.reject(
+                self.layout.run_dir(failure.job_id), record, failure.reason, failure.detail
+            )
+        for job_id in decision.start:
+            record = self.queued.pop(job_id)
             try:
                 self.runner.start(record)
             except OSError as exc:
@@ -309,11 +337,69 @@ class Watcher:
                     f"could not start: {exc}",
                 )
 
-    def _busy_sessions(self, job_id: str) -> set[str]:
-        return busy_sessions(
-            (j.record.session for j in self.runner.running.values()),
-            (r.session for i, r in self.queued.items() if i < job_id),
-        )
+    def _apply_priority(self, job_id: str, run_dir: Path) -> None:
+        """``hopper priority`` left a request: the owner writes it into job.json."""
+        request = take_priority_request(run_dir)
+        if request is None:
+            return
+        record = self.queued[job_id]
+        now = self.clock.now()
+        if isinstance(request, str):
+            append_event(run_dir, "priority_rejected", now, detail=request)
+            log.warning("job=%s priority request ignored: %s", job_id, request)
+            return
+        updated = record.model_copy(update={"priority": request})
+        write_record(run_dir, updated)
+        append_event(run_dir, "priority_changed", now, old=record.priority, new=request)
+        self.queued[job_id] = updated
+        log.info("job=%s priority=%d->%d", job_id, record.priority, request)
+
+    def _known_jobs(self) -> list[KnownJob]:
+        """(id, name, state) of every job, only when some queued job has ``after``."""
+        if not any(r.after for r in self.queued.values()):
+            return []
+        mine = {
+            **{i: KnownJob(i, r.name, r.state) for i, r in self.queued.items()},
+            **{
+                i: KnownJob(i, j.record.name, j.record.state)
+                for i, j in self.runner.running.items()
+            },
+        }
+        others = [k for k in self.known.refresh(skip=mine) if k.id not in mine]
+        return [*mine.values(), *others]
+
+    def _after_poll(self, before: dict[str, JobRecord]) -> None:
+        """Worktree jobs that just ended: remove the worktree after a success, else keep it."""
+        for job_id in before:
+            if job_id in self.runner.running:
+                continue
+            run_dir = self.layout.run_dir(job_id)
+            try:
+                final = read_record(run_dir)
+            except (OSError, JobFileCorrupt):
+                continue
+            if final.state is JobState.SUCCEEDED:
+                why = remove_worktree(final)
+                now = self.clock.now()
+                if why is None:
+                    append_event(
+                        run_dir,
+                        "workspace_removed",
+                        now,
+                        path=final.workspace_path,
+                        branch=final.branch,
+                    )
+                else:
+                    append_event(run_dir, "workspace_kept", now, path=final.workspace_path, why=why)
+            elif final.state in (JobState.FAILED, JobState.ABORTED):
+                append_event(
+                    run_dir,
+                    "workspace_kept",
+                    self.clock.now(),
+                    path=final.workspace_path,
+                    branch=final.branch,
+                    why=f"the job {final.state}",
+                )
 
     # -- shutdown ---------------------------------------------------------------
     def _begin_stop(self) -> None:

@@ -18,6 +18,7 @@ class JobContext:
     run_dir: Path
     workdir: Path
     spec: PromptSpec
+    values: dict[str, str] = field(default_factory=dict)  # ${job.id} … for configured commands
 
 
 @dataclass(frozen=True)

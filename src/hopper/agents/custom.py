@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from hopper.agents.base import JobContext, Preparation
 from hopper.agents.driven import prepare_driven
 from hopper.config import AgentConfig
+from hopper.core.templates import expand_argv
 
 
 @dataclass
@@ -26,7 +27,7 @@ class CustomAgent:
         assert self.config.argv
         extra = {
             "bin": self.config.argv[0],
-            "argv": list(self.config.argv),
+            "argv": expand_argv(self.config.argv, job.values),
             "format": self.config.format,
             "stdin": self.config.stdin,
         }

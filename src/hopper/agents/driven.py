@@ -20,6 +20,7 @@ from hopper.agents.base import JobContext, Preparation
 from hopper.agents.drive import SPEC_FILE
 from hopper.config import AgentConfig
 from hopper.core.prompt import BadPrompt
+from hopper.core.templates import expand_argv
 
 PROMPT_BODY_FILE = "prompt.body.md"
 DEFAULT_MAX_NUDGES = 2
@@ -65,11 +66,11 @@ def prepare_driven(
         "run_dir": str(job.run_dir),
         "workdir": str(job.workdir),
         "prompt_file": str(job.run_dir / PROMPT_BODY_FILE),
-        "args": list(cfg.args),
+        "args": expand_argv(cfg.args, job.values),
         "model": cfg.model,
         "session": opts.session,
         "sessions_dir": sessions_dir(job.run_dir),
-        "check": opts.check,
+        "check": expand_argv(opts.check, job.values) if opts.check else opts.check,
         "max_nudges": (opts.max_nudges if opts.max_nudges is not None else DEFAULT_MAX_NUDGES),
         "idle_timeout": idle if idle is not None else cfg.idle_timeout,
         "api_retries": cfg.api_retries,

@@ -10,7 +10,24 @@ import sys
 from collections.abc import Callable, Sequence
 
 from hopper import __version__
-from hopper.cli import abort, demo, events, logs, run, schema, status, submit, usage, watch
+from hopper.cli import (
+    abort,
+    config,
+    demo,
+    doctor,
+    events,
+    inbox,
+    logs,
+    pause,
+    priority,
+    run,
+    schema,
+    status,
+    submit,
+    usage,
+    wait,
+    watch,
+)
 from hopper.cli.common import EXIT_USAGE, fail
 from hopper.errors import HopperError
 
@@ -28,7 +45,24 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="hopper", description="A job service with a filesystem API.")
     parser.add_argument("--version", action="version", version=f"hopper {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, submit, status, logs, events, watch, usage, abort, demo, schema):
+    for module in (
+        run,
+        submit,
+        status,
+        logs,
+        events,
+        watch,
+        usage,
+        abort,
+        priority,
+        pause,
+        wait,
+        inbox,
+        demo,
+        schema,
+        config,
+        doctor,
+    ):
         module.register(sub)
     return parser
 

@@ -7,6 +7,7 @@ import os
 import secrets
 import sys
 import tomllib
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,15 @@ def register(sub: Any) -> None:
     p.add_argument("--timeout", help="wall-clock limit, e.g. 45m")
     p.add_argument("--workdir", help="where the job runs")
     p.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="start only after this job (name or id) succeeded; repeatable",
+    )
+    p.add_argument("--priority", type=int, help="higher starts first (default 0)")
+    p.add_argument("--group", help="scheduling group (default: the inbox sub-folder)")
+    p.add_argument(
         "--to", metavar="SUBDIR", default="", help="inbox sub-folder to drop it in (routes, groups)"
     )
     p.set_defaults(handler=handle)
@@ -43,7 +53,7 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
     return {}, text
 
 
-def compose(data: bytes, overrides: dict[str, str]) -> bytes:
+def compose(data: bytes, overrides: Mapping[str, frontmatter.Value]) -> bytes:
     """The prompt with ``overrides`` merged into its front matter."""
     if not overrides:
         return data
@@ -92,16 +102,21 @@ def handle(args: argparse.Namespace) -> int:
             warn(f"{path}: cannot read: {exc.strerror}")
             return EXIT_USAGE
         stem = args.name or prompt_stem(path.name).removesuffix(".md")
-    overrides = {
+    overrides: dict[str, frontmatter.Value] = {
         k: v
         for k, v in (
             ("agent", args.agent),
             ("name", args.name),
             ("timeout", args.timeout),
             ("workdir", args.workdir),
+            ("group", args.group),
         )
         if v
     }
+    if args.after:
+        overrides["after"] = list(args.after)
+    if args.priority is not None:
+        overrides["priority"] = args.priority
     try:
         data = compose(data, overrides)
     except (BadPrompt, tomllib.TOMLDecodeError) as exc:

@@ -6,6 +6,7 @@ import signal as signals
 from dataclasses import dataclass
 
 from hopper.core.record import ExitStatus
+from hopper.core.sizes import format_size
 from hopper.core.states import Reason
 
 
@@ -32,6 +33,16 @@ def classify(status: ExitStatus, stop_requested: Reason | None) -> Outcome:
         return Outcome(Reason.SPAWN_FAILED, f"could not start: {status.error}")
     if status.timed_out or stop_requested is Reason.TIMEOUT:
         return Outcome(Reason.TIMEOUT, "stopped: it ran past its timeout")
+    if status.limit == "memory":
+        return Outcome(
+            Reason.MEMORY_LIMIT,
+            f"stopped: its processes used more memory than memory_max{_peak(status)}",
+        )
+    if status.limit == "output":
+        return Outcome(
+            Reason.OUTPUT_LIMIT,
+            f"stopped: it wrote more than output_max to job.log{_written(status)}",
+        )
     if stop_requested is Reason.ABORTED:
         return Outcome(Reason.ABORTED, "stopped: an ABORT marker was found")
     if stop_requested is Reason.SHUTDOWN:
@@ -41,3 +52,13 @@ def classify(status: ExitStatus, stop_requested: Reason | None) -> Outcome:
     if status.exit_code == 0:
         return Outcome(Reason.COMPLETED, "exited 0")
     return Outcome(Reason.EXIT_NONZERO, f"exited {status.exit_code}")
+
+
+def _peak(status: ExitStatus) -> str:
+    res = status.resources
+    return f" (peak {format_size(res.peak_rss_bytes)} RSS)" if res and res.peak_rss_bytes else ""
+
+
+def _written(status: ExitStatus) -> str:
+    res = status.resources
+    return f" ({format_size(res.output_bytes)} written)" if res and res.output_bytes else ""

@@ -11,16 +11,19 @@ from __future__ import annotations
 import re
 import tomllib
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from hopper.core.durations import BadDuration, parse_duration
+from hopper.core.sizes import BadSize, parse_limit
 
 FENCE = "+++"
 _TOML_LINE = re.compile(r"at line (\d+)")
 _BASH_BLOCK = re.compile(r"^```(?:bash|sh)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# A git branch name hopper accepts: safe path segments, no "..", no leading "-".
+_BRANCH_OK = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,200}(?<![./])$")
 
 
 class BadPrompt(ValueError):
@@ -53,6 +56,14 @@ class PromptOptions(BaseModel):
     max_nudges: Annotated[int, Field(ge=0, le=20)] | None = None
     idle_timeout: Annotated[str | int | float | None, Field(union_mode="left_to_right")] = None
     retries: Annotated[int, Field(ge=0, le=100)] | None = None
+    memory_max: Annotated[str | int | None, Field(union_mode="left_to_right")] = None
+    output_max: Annotated[str | int | None, Field(union_mode="left_to_right")] = None
+    priority: Annotated[int, Field(ge=-1000, le=1000)] | None = None
+    group: str | None = None
+    after: list[str] = Field(default_factory=list)
+    workspace: Literal["none", "folder", "worktree"] | None = None
+    branch: str | None = None
+    ref: str | None = None
 
     @field_validator("timeout", "idle_timeout")
     @classmethod
@@ -64,6 +75,16 @@ class PromptOptions(BaseModel):
                 raise ValueError(str(exc)) from None
         return value
 
+    @field_validator("memory_max", "output_max")
+    @classmethod
+    def _size(cls, value: str | int | None) -> str | int | None:
+        if value is not None:
+            try:
+                parse_limit(value)
+            except BadSize as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
     @field_validator("check")
     @classmethod
     def _check(cls, value: list[str] | None) -> list[str] | None:
@@ -71,12 +92,30 @@ class PromptOptions(BaseModel):
             raise ValueError('must be a non-empty argv, e.g. ["pytest", "-q"]')
         return value
 
-    @field_validator("name", "session")
+    @field_validator("name", "session", "group")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
         if value is not None and not _NAME_OK.match(value):
             raise ValueError(
                 "must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"
+            )
+        return value
+
+    @field_validator("after")
+    @classmethod
+    def _after(cls, value: list[str]) -> list[str]:
+        for ref in value:
+            if not _NAME_OK.match(ref):
+                raise ValueError(f"{ref!r} is not a job name or id")
+        return value
+
+    @field_validator("branch", "ref")
+    @classmethod
+    def _branch(cls, value: str | None) -> str | None:
+        if value is not None and not _BRANCH_OK.match(value):
+            raise ValueError(
+                f"{value!r} is not a branch or ref hopper accepts "
+                "(letters, digits, '.', '_', '-', '/'; no '..', no leading '-')"
             )
         return value
 
@@ -99,6 +138,16 @@ class PromptSpec:
     def idle_timeout_seconds(self) -> float | None:
         t = self.options.idle_timeout
         return None if t is None else parse_duration(t)
+
+    def limit_bytes(
+        self, key: Literal["memory_max", "output_max"], default: int | None
+    ) -> int | None:
+        """``memory_max`` / ``output_max`` in bytes: the front matter's, else ``default``.
+
+        ``"none"`` in the front matter lifts the limit (None).
+        """
+        value = getattr(self.options, key)
+        return default if value is None else parse_limit(value)
 
 
 def decode(data: bytes) -> str:
@@ -194,6 +243,11 @@ _KEY_HINTS = {
     "timeout": 'for example timeout = "45m", or a number of seconds',
     "idle_timeout": 'for example idle_timeout = "10m", or a number of seconds',
     "env": 'a table of strings, for example env = { KEY = "value" }',
+    "memory_max": 'for example memory_max = "2G" (K, M, G, T), or "none"',
+    "output_max": 'for example output_max = "500M" (K, M, G, T), or "none"',
+    "priority": "an integer from -1000 to 1000; higher starts first",
+    "after": 'a list of job names or ids, for example after = ["migrate"]',
+    "workspace": 'one of "none", "folder", "worktree"',
 }
 
 

@@ -16,6 +16,8 @@ from hopper.core.states import JobState, Reason
 
 SCHEMA_VERSION: Literal[1] = 1
 
+WorkspaceKind = Literal["none", "folder", "worktree"]
+
 
 class Usage(BaseModel):
     """Token and cost figures as the agent reported them."""
@@ -27,6 +29,25 @@ class Usage(BaseModel):
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     cost_usd: float | None = None
+
+
+class Resources(BaseModel):
+    """What the job's whole process tree used, as its supervisor measured it.
+
+    Live while the job runs (refreshed with the heartbeat), final once it ends.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    cpu_seconds: float = Field(
+        0.0, description="user + system CPU of the whole tree, exited processes included"
+    )
+    peak_rss_bytes: int = Field(
+        0, description="the largest total RSS of the tree (a shared page counts in each process)"
+    )
+    output_bytes: int = Field(0, description="bytes the job wrote to job.log")
+    rss_bytes: int | None = Field(None, description="while running: the tree's total RSS now")
+    processes: int | None = Field(None, description="while running: processes in the tree now")
 
 
 class JobRecord(BaseModel):
@@ -56,6 +77,12 @@ class JobRecord(BaseModel):
     processed_path: str | None = Field(None, description="where the prompt went, relative to root")
     workdir: str | None = None
     timeout_seconds: float | None = None
+    memory_max_bytes: int | None = Field(
+        None, description="memory_max: the tree's RSS limit (memory_limit); null = none"
+    )
+    output_max_bytes: int | None = Field(
+        None, description="output_max: the job.log size limit (output_limit); null = none"
+    )
     stop_requested: Reason | None = Field(
         None, description="set before hopper signals the job: aborted, timeout or shutdown"
     )
@@ -68,6 +95,9 @@ class JobRecord(BaseModel):
     session_id: str | None = Field(None, description="the agent's own session / thread id")
     result_path: str | None = Field(None, description="the agent's final message, in the run dir")
     usage: Usage | None = None
+    resources: Resources | None = Field(
+        None, description="CPU, memory and output of the process tree (live while running)"
+    )
     turns: int | None = Field(None, description="model turns the agent reported")
     error_kind: str | None = Field(
         None,
@@ -79,6 +109,26 @@ class JobRecord(BaseModel):
     )
     nudges: int | None = Field(
         None, description="check-loop nudges sent (resumes after a failed check)"
+    )
+    priority: int = Field(0, description="higher starts first; ties by claim time")
+    group: str | None = Field(
+        None,
+        description="scheduling group: front matter `group`, the route's, else the "
+        "first inbox sub-folder; null at the top of the inbox",
+    )
+    after: list[str] = Field(
+        default_factory=list, description="names or ids of jobs that must succeed first"
+    )
+    workspace: WorkspaceKind = Field(
+        "none",
+        description="none: run in workdir; folder: an empty dir per job; "
+        "worktree: a git worktree of the repo at `repo`",
+    )
+    repo: str | None = Field(None, description="worktree: the git repository it branches from")
+    ref: str | None = Field(None, description="worktree: the commit-ish it starts from")
+    branch: str | None = Field(None, description="worktree: the job's branch (kept afterwards)")
+    workspace_path: str | None = Field(
+        None, description="folder / worktree: the directory the job ran in"
     )
 
 
@@ -95,5 +145,9 @@ class ExitStatus(BaseModel):
     timed_out: bool = False
     stop_signal_sent: bool = False
     leftovers_killed: int = 0
+    limit: Literal["memory", "output"] | None = Field(
+        None, description="the limit that made the supervisor end the tree, if one did"
+    )
+    resources: Resources | None = None
     error: str | None = None
     finished_at: datetime

@@ -1,8 +1,8 @@
 """Jobs of one session run one at a time, in claim order. Pure.
 
 A session is one agent conversation; two of its jobs running at once would
-resume the same conversation twice. The scheduler asks :func:`session_free`
-before starting a queued job.
+resume the same conversation twice. The scheduler (core/schedule.py) asks
+:func:`session_free` before starting a queued job.
 """
 
 from __future__ import annotations

@@ -36,6 +36,12 @@ class Reason(StrEnum):
     AGENT_ERROR = "agent_error"  # the agent reported an error (job.json error_kind says which)
     CHECK_FAILED = "check_failed"  # the check still failed after max_nudges nudges
     IDLE_TIMEOUT = "idle_timeout"  # the agent printed nothing for idle_timeout
+    MEMORY_LIMIT = "memory_limit"  # the process tree's RSS went past memory_max
+    OUTPUT_LIMIT = "output_limit"  # job.log grew past output_max
+    DEPENDENCY_FAILED = "dependency_failed"  # a job named in `after` failed or was aborted
+    DEPENDENCY_CYCLE = "dependency_cycle"  # `after` jobs wait on each other
+    DEPENDENCY_UNKNOWN = "dependency_unknown"  # an `after` name never appeared in time
+    WORKSPACE_FAILED = "workspace_failed"  # the folder or git worktree could not be made
 
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.ABORTED})
@@ -56,12 +62,18 @@ REASON_STATE: dict[Reason, JobState] = {
     Reason.AGENT_ERROR: JobState.FAILED,
     Reason.CHECK_FAILED: JobState.FAILED,
     Reason.IDLE_TIMEOUT: JobState.FAILED,
+    Reason.MEMORY_LIMIT: JobState.FAILED,
+    Reason.OUTPUT_LIMIT: JobState.FAILED,
+    Reason.DEPENDENCY_FAILED: JobState.FAILED,
+    Reason.DEPENDENCY_CYCLE: JobState.FAILED,
+    Reason.DEPENDENCY_UNKNOWN: JobState.FAILED,
+    Reason.WORKSPACE_FAILED: JobState.FAILED,
 }
 
 _ALLOWED: frozenset[tuple[JobState, JobState]] = frozenset(
     {
         (JobState.QUEUED, JobState.RUNNING),  # QUEUED -> RUNNING: a slot was free
-        (JobState.QUEUED, JobState.FAILED),  # bad prompt, unknown agent, spawn failed
+        (JobState.QUEUED, JobState.FAILED),  # bad prompt, unknown agent, spawn, dependency
         (JobState.QUEUED, JobState.ABORTED),  # aborted before it started
         (JobState.RUNNING, JobState.SUCCEEDED),
         (JobState.RUNNING, JobState.FAILED),

@@ -44,11 +44,13 @@ def send(pid: int, sig: int) -> bool:
 
 
 def supervisors_of(run_dir: str) -> list[psutil.Process]:
-    """Live supervisor processes serving ``run_dir`` (found by their argv)."""
+    """Live supervisor processes serving ``run_dir`` (by argv, or by cwd if pooled)."""
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
         cmd = proc.info["cmdline"] or []
-        if len(cmd) >= 2 and cmd[-1] == run_dir and cmd[-2].endswith("supervise.py"):
+        if not any(part.endswith("supervise.py") for part in cmd[-2:]):
+            continue
+        if cmd[-1] == run_dir or proc.info["cwd"] == run_dir:
             found.append(proc)
     return found
 

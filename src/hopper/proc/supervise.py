@@ -5,7 +5,8 @@ starts fast and does not depend on hopper's environment). The watcher talks
 to it over stdin/stdout for exactly one handshake:
 
 1. watcher -> supervisor: one JSON line, the job spec
-   (argv, cwd, env, log, stop_signals, grace, timeout).
+   (argv, cwd, env, log, stop_signals, grace, timeout, memory_max,
+   output_max, sample_interval).
 2. The supervisor forks the job, which waits at a gate before exec;
    supervisor -> watcher: ``{"pid": N}``.
 3. The watcher records ``running`` with that pid in job.json, then sends
@@ -20,6 +21,13 @@ process group, each followed by a grace period, then SIGKILL to every
 descendant. Descendants left behind by a job that exited are ended the same
 way: nothing outlives its job. Last, it writes ``exit.json`` atomically and
 durably, and exits.
+
+Every ``sample_interval`` it measures the tree (CPU, RSS, job.log growth; see
+:meth:`Supervisor.sample`) into ``resources.json`` for the watcher's
+heartbeat, and ends the tree the same way as a stop when its RSS passes
+``memory_max`` or job.log passes ``output_max`` (checked every
+``OUTPUT_CHECK``); ``exit.json`` then names the ``limit`` and carries the
+final figures.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import signal
 import sys
 import time
@@ -34,6 +43,16 @@ import time
 PR_SET_CHILD_SUBREAPER = 36
 EXIT_FILE = "exit.json"
 EVENTS_FILE = "events.jsonl"
+RESOURCES_FILE = "resources.json"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+OUTPUT_CHECK = 0.25  # seconds between job.log size checks when output_max is set
+# A sample reads every /proc/PID/stat; on a host with thousands of processes
+# that costs milliseconds, so the interval stretches to keep it under 0.5% CPU.
+SAMPLE_BUDGET = 200
+# Fields of /proc/PID/stat after "(comm) ", 0-based: state, ppid, utime, stime,
+# cutime, cstime (clock ticks; cutime/cstime: children it has reaped), rss (pages).
+_STATE, _PPID, _UTIME, _STIME, _CUTIME, _CSTIME, _RSS = 0, 1, 11, 12, 13, 14, 21
 WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 STOP_REQUESTS = {signal.SIGTERM, signal.SIGINT}
 
@@ -53,6 +72,17 @@ class Supervisor:
         self.grace = float(spec.get("grace", 10.0))  # type: ignore[arg-type]
         timeout = spec.get("timeout")
         self.timeout = None if timeout is None else float(timeout)  # type: ignore[arg-type]
+        memory_max, output_max = spec.get("memory_max"), spec.get("output_max")
+        self.memory_max = None if memory_max is None else int(memory_max)  # type: ignore[call-overload]
+        self.output_max = None if output_max is None else int(output_max)  # type: ignore[call-overload]
+        self.sample_interval = float(spec.get("sample_interval", 1.0))  # type: ignore[arg-type]
+        self.limit: str | None = None  # "memory" or "output" once one made us stop the tree
+        self.log_start = 0  # job.log's size when the job started: output is what it adds
+        self.cpu = 0.0
+        self.rss = 0
+        self.peak_rss = 0
+        self.processes = 0
+        self.samples = 0
         self.pid = 0
         self.status: int | None = None
         self.timed_out = False
@@ -78,6 +108,7 @@ class Supervisor:
         gate_r, gate_w = os.pipe()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         log_fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.log_start = os.fstat(log_fd).st_size
         pid = os.fork()
         if pid == 0:  # the job, until exec
             try:
@@ -112,21 +143,33 @@ class Supervisor:
         return gate_w, err_r
 
     # -- stop -------------------------------------------------------------------
-    def descendants(self) -> list[int]:
-        """Every live process below this supervisor, read from /proc."""
-        parents: dict[int, list[int]] = {}
+    @staticmethod
+    def scan() -> dict[int, list[bytes]]:
+        """Every process's /proc/PID/stat fields after the command name."""
+        procs: dict[int, list[bytes]] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
             try:
-                with open(f"/proc/{name}/stat", "rb") as fh:
-                    stat = fh.read()
+                fd = os.open(f"/proc/{name}/stat", os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
                 continue
-            fields = stat[stat.rfind(b")") + 2 :].split()
-            if fields[0] == b"Z":
+            try:
+                stat = os.read(fd, 4096)
+            except OSError:
                 continue
-            parents.setdefault(int(fields[1]), []).append(int(name))
+            finally:
+                os.close(fd)
+            procs[int(name)] = stat[stat.rfind(b")") + 2 :].split()
+        return procs
+
+    @staticmethod
+    def below(procs: dict[int, list[bytes]], zombies: bool = False) -> list[int]:
+        """The processes of ``procs`` below this supervisor (zombies too if asked)."""
+        parents: dict[int, list[int]] = {}
+        for pid, fields in procs.items():
+            if zombies or fields[_STATE] != b"Z":
+                parents.setdefault(int(fields[_PPID]), []).append(pid)
         found: list[int] = []
         todo = [os.getpid()]
         while todo:
@@ -134,6 +177,135 @@ class Supervisor:
                 found.append(child)
                 todo.append(child)
         return found
+
+    def descendants(self) -> list[int]:
+        """Every live process below this supervisor, read from /proc."""
+        return self.below(self.scan())
+
+    # -- accounting and limits --------------------------------------------------
+    def sample(self) -> None:
+        """Measure the tree: CPU (exited processes included), RSS, output; publish it.
+
+        CPU of a process that exited and was reaped lands in its reaper's
+        cutime/cstime; the supervisor, a subreaper, reaps the job and every
+        orphan, so its RUSAGE_CHILDREN covers what the live tree no longer
+        shows. Zombies still hold their own times, so they count until reaped.
+        """
+        procs = self.scan()
+        ticks = rss_pages = live = 0
+        for pid in self.below(procs, zombies=True):
+            fields = procs[pid]
+            try:
+                ticks += sum(int(fields[i]) for i in (_UTIME, _STIME, _CUTIME, _CSTIME))
+                if fields[_STATE] != b"Z":
+                    rss_pages += int(fields[_RSS])
+                    live += 1
+            except (IndexError, ValueError):
+                continue
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = ticks / CLK_TCK + usage.ru_utime + usage.ru_stime
+        self.cpu = max(self.cpu, cpu)  # a counter: never goes back
+        self.rss = rss_pages * PAGE_SIZE
+        self.peak_rss = max(self.peak_rss, self.rss, usage.ru_maxrss * 1024)
+        self.processes = live
+        self.samples += 1
+        self.write_resources(live=True)
+
+    def output_bytes(self) -> int:
+        try:
+            return max(0, os.stat(self.log).st_size - self.log_start)
+        except OSError:
+            return 0
+
+    def resources(self, live: bool) -> dict[str, object]:
+        figures: dict[str, object] = {
+            "cpu_seconds": round(self.cpu, 3),
+            "peak_rss_bytes": self.peak_rss,
+            "output_bytes": self.output_bytes(),
+        }
+        if live:
+            figures.update(rss_bytes=self.rss, processes=self.processes)
+        return figures
+
+    def write_resources(self, live: bool) -> None:
+        """The live figures, replaced atomically (no fsync: they are refreshed anyway)."""
+        path = os.path.join(self.run_dir, RESOURCES_FILE)
+        tmp = os.path.join(self.run_dir, f".{RESOURCES_FILE}.{os.getpid()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            try:
+                os.write(fd, json.dumps(self.resources(live)).encode() + b"\n")
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except OSError:
+            # Disk full: the figures are a convenience; exit.json carries the final ones.
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+    def final_figures(self) -> dict[str, object]:
+        """Exact once the tree is gone: every process was reaped into RUSAGE_CHILDREN.
+
+        Called after :meth:`end_leftovers`; only a leftover that SIGKILL could
+        not end yet (uninterruptible sleep) keeps the sampled figure in play.
+        """
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        reaped = usage.ru_utime + usage.ru_stime
+        self.cpu = max(self.cpu, reaped) if self.leftovers_killed else reaped
+        self.peak_rss = max(self.peak_rss, usage.ru_maxrss * 1024)
+        if self.samples:  # a live file was written: leave the final figures in it
+            self.write_resources(live=False)
+        return self.resources(live=False)
+
+    def over_limit(self) -> str | None:
+        """Which limit the tree is past, if any (and tell events.jsonl)."""
+        if self.memory_max is not None and self.rss > self.memory_max:
+            self.safe_event(
+                "limit_exceeded",
+                limit="memory",
+                rss_bytes=self.rss,
+                memory_max_bytes=self.memory_max,
+                processes=self.processes,
+            )
+            return "memory"
+        output = self.output_bytes() if self.output_max is not None else 0
+        if self.output_max is not None and output > self.output_max:
+            self.safe_event(
+                "limit_exceeded",
+                limit="output",
+                output_bytes=output,
+                output_max_bytes=self.output_max,
+            )
+            return "output"
+        return None
+
+    def safe_event(self, name: str, **fields: object) -> None:
+        try:
+            self.event(name, **fields)
+        except OSError:
+            pass  # disk full: exit.json (retried until it lands) still says which limit
+
+    def cut_log(self) -> None:
+        """After an output_limit stop: keep job.log at output_max, with a note at the end."""
+        if self.output_max is None:
+            return
+        written = self.output_bytes()
+        note = (
+            f"\n[hopper] job.log cut at output_max ({self.output_max} bytes); "
+            f"the job wrote {written} bytes\n"
+        )
+        try:
+            fd = os.open(self.log, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.ftruncate(fd, self.log_start + self.output_max)
+                os.lseek(fd, 0, os.SEEK_END)
+                os.write(fd, note.encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
 
     def signal_group(self, sig: int) -> None:
         try:
@@ -174,18 +346,39 @@ class Supervisor:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         stop_steps: list[int] | None = None
         step_deadline: float | None = None
+        # The first measurement after one interval: a short job costs no /proc walk
+        # (its final figures come from RUSAGE_CHILDREN).
+        next_sample = time.monotonic() + self.sample_interval
+        next_check = None if self.output_max is None else next_sample + OUTPUT_CHECK
         while self.status is None:
             until = step_deadline if stop_steps is not None else deadline
-            sig = self.wait(until)
+            checks = (next_sample,) if stop_steps is not None else (next_sample, next_check)
+            sig = self.wait(_earliest(until, *checks))
             self.reap()
             if self.status is not None:
                 break
             now = time.monotonic()
+            limit = None
+            sampled = now >= next_sample
+            if sampled:
+                cost = time.process_time()
+                self.sample()
+                cost = time.process_time() - cost
+                next_sample = now + max(self.sample_interval, SAMPLE_BUDGET * cost)
+            checked = next_check is not None and (sampled or now >= next_check)
+            if checked:
+                next_check = now + OUTPUT_CHECK
+            if stop_steps is None and sig not in STOP_REQUESTS and (sampled or checked):
+                limit = self.over_limit()
             begin_stop = stop_steps is None and (
-                sig in STOP_REQUESTS or (deadline is not None and now >= deadline)
+                sig in STOP_REQUESTS
+                or limit is not None
+                or (deadline is not None and now >= deadline)
             )
             if begin_stop:
-                if sig not in STOP_REQUESTS:
+                if limit is not None:
+                    self.limit = limit
+                elif sig not in STOP_REQUESTS:
                     self.timed_out = True
                     self.event("timeout", timeout_seconds=self.timeout)
                 stop_steps = [*self.stop_signals, signal.SIGKILL]
@@ -226,7 +419,12 @@ class Supervisor:
         self.reap()
 
     # -- exit record ------------------------------------------------------------
-    def record(self, started: bool, error: str | None = None) -> None:
+    def record(
+        self,
+        started: bool,
+        error: str | None = None,
+        resources: dict[str, object] | None = None,
+    ) -> None:
         code = sig = None
         if self.status is not None:
             if os.WIFEXITED(self.status):
@@ -242,6 +440,8 @@ class Supervisor:
             "timed_out": self.timed_out,
             "stop_signal_sent": self.stop_signal_sent,
             "leftovers_killed": self.leftovers_killed,
+            "limit": self.limit,
+            "resources": resources,
             "error": error,
             "finished_at": _iso(time.time()),
         }
@@ -282,6 +482,11 @@ class Supervisor:
             os.close(dir_fd)
 
 
+def _earliest(*deadlines: float | None) -> float | None:
+    present = [d for d in deadlines if d is not None]
+    return min(present) if present else None
+
+
 def _become_subreaper() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
@@ -289,9 +494,15 @@ def _become_subreaper() -> None:
 
 
 def main(argv: list[str]) -> int:
-    run_dir = argv[1]
     signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
-    spec = json.loads(sys.stdin.readline())
+    line = sys.stdin.readline()
+    if not line:
+        return 0  # a pooled supervisor whose watcher went away before using it
+    spec = json.loads(line)
+    # A pooled supervisor learns its run directory with the spec; it then
+    # moves into it, which is how a restarted watcher finds it (its cwd).
+    run_dir = str(spec.get("run_dir") or argv[1])
+    os.chdir(run_dir)
     sup = Supervisor(run_dir, spec)
     _become_subreaper()
     gate_w, err_r = sup.fork_gated()
@@ -319,7 +530,10 @@ def main(argv: list[str]) -> int:
         sup.record(started=False, error=error)
         return 0
     sup.run()
-    sup.record(started=True)
+    figures = sup.final_figures()
+    if sup.limit == "output":
+        sup.cut_log()
+    sup.record(started=True, resources=figures)
     return 0
 
 

@@ -23,8 +23,19 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
+from watchdog.observers.inotify_move_event_grouper import InotifyMoveEventGrouper
 
 from hopper.store.inbox import is_prompt_name
+
+# watchdog holds every IN_MOVED_FROM for up to 0.5 s waiting for its
+# IN_MOVED_TO, and its reader *sleeps* through that wait even when the pair
+# arrives at once: a prompt renamed into place (the safe way to drop one)
+# would wait ~0.3 s before hopper saw it. The two halves of a rename inside
+# the inbox arrive in the same read(2) batch, so a short wait pairs them just
+# as well; an unpaired move-in is reported as a creation and found by the
+# pending check, so nothing is missed either way.
+MOVE_PAIRING_DELAY = 0.02
+InotifyMoveEventGrouper.delay = MOVE_PAIRING_DELAY
 
 
 class InboxEvents(FileSystemEventHandler):

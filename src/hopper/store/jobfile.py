@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hopper.core.record import ExitStatus, JobRecord
+from hopper.core.record import ExitStatus, JobRecord, Resources
 from hopper.errors import JobFileCorrupt
 from hopper.store.atomic import append_line, write_atomic
 
@@ -21,6 +21,7 @@ LOG_FILE = "job.log"
 PROMPT_FILE = "prompt.md"
 CLAIM_FILE = "claim.json"
 ABORT_FILE = "ABORT"
+RESOURCES_FILE = "resources.json"  # live figures from the supervisor
 
 
 def read_record(run_dir: Path) -> JobRecord:
@@ -55,6 +56,14 @@ def read_exit(run_dir: Path) -> ExitStatus | None:
         raise JobFileCorrupt(
             f"not a valid exit record: {exc.errors()[0]['msg']}", path=run_dir / EXIT_FILE
         ) from None
+
+
+def read_resources(run_dir: Path) -> Resources | None:
+    """The supervisor's latest measurement of the job's tree, or None (none yet, or torn)."""
+    try:
+        return Resources.model_validate_json((run_dir / RESOURCES_FILE).read_bytes())
+    except (OSError, ValidationError):
+        return None
 
 
 def utcnow() -> datetime:

@@ -1,0 +1,38 @@
+"""``hopper inbox init``: create the inbox folders the config's routes name.
+
+A route key's folders up to its first ``{placeholder}`` are created (a
+placeholder stands for folders only you can name). Existing folders are fine.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hopper.cli.common import add_root_args, context
+from hopper.core.routing import literal_prefix
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("inbox", help="inbox housekeeping (init: make the routed folders)")
+    inner = p.add_subparsers(dest="inbox_command", metavar="ACTION", required=True)
+    init = inner.add_parser("init", help="create the inbox sub-folders of the configured routes")
+    add_root_args(init)
+    init.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    layout, config = context(args)
+    layout.ensure()
+    for key in sorted(config.routes):
+        prefix = literal_prefix(key)
+        folder = layout.inbox.joinpath(*prefix)
+        existed = folder.is_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        note = "exists" if existed else "created"
+        if len(prefix) < len(key.strip("/").split("/")):
+            note += f" (make the {{…}} folders below it yourself: {key})"
+        print(f"{folder}  {note}")
+    if not config.routes:
+        print(f"{layout.inbox}  (no routes in the config)")
+    return 0

@@ -1,0 +1,43 @@
+"""``hopper pause [GROUP]`` / ``hopper resume [GROUP]``: the PAUSE marker, nothing more.
+
+``<root>/PAUSE`` holds every queued job; ``<root>/inbox/GROUP/PAUSE`` the
+jobs of one group. Running jobs finish (a drain); prompts are still claimed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from hopper.cli.common import EXIT_USAGE, add_root_args, context, warn
+from hopper.store.markers import BadGroup, pause_path
+
+
+def register(sub: Any) -> None:
+    for name, text in (
+        ("pause", "stop starting queued jobs (all, or one group); running jobs finish"),
+        ("resume", "remove the PAUSE marker (all, or one group)"),
+    ):
+        p = sub.add_parser(name, help=text)
+        add_root_args(p)
+        p.add_argument("group", nargs="?", help="inbox sub-folder / group (default: everything)")
+        p.set_defaults(handler=handle, pause=name == "pause")
+
+
+def handle(args: argparse.Namespace) -> int:
+    layout, _ = context(args)
+    try:
+        marker = pause_path(layout, args.group)
+    except BadGroup as exc:
+        warn(str(exc))
+        return EXIT_USAGE
+    what = f"group {args.group}" if args.group else "all groups"
+    if args.pause:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        print(f"paused {what}: {marker}")
+    else:
+        existed = marker.exists()
+        marker.unlink(missing_ok=True)
+        print(f"resumed {what}" + ("" if existed else f" (it was not paused: no {marker})"))
+    return 0

@@ -1,0 +1,102 @@
+"""``hopper wait [ID…|--all]``: block until those jobs end; exit 1 if any did not succeed.
+
+``--all`` waits until the inbox holds no prompt and no job is queued or
+running, and judges every job that was active at some point while it
+waited. Polls the files (the only truth); ``--timeout`` bounds the wait.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from hopper.cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    add_root_args,
+    all_records,
+    context,
+    find_job,
+    warn,
+)
+from hopper.core.record import JobRecord
+from hopper.core.states import JobState, is_terminal
+from hopper.store.inbox import scan
+from hopper.store.jobfile import JOB_FILE, PROMPT_FILE, iter_run_dirs, read_record
+from hopper.store.layout import Layout
+
+POLL = 0.2
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("wait", help="wait until jobs end; exit 1 if any failed")
+    add_root_args(p)
+    p.add_argument("ids", nargs="*", metavar="ID", help="job id, id prefix or name")
+    p.add_argument("--all", action="store_true", help="every job, and every prompt in the inbox")
+    p.add_argument("--timeout", type=float, help="give up after this many seconds (exit 1)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing")
+    p.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    layout, _ = context(args)
+    if bool(args.ids) == bool(args.all):
+        warn("give job ids, or --all")
+        return EXIT_USAGE
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    if args.all:
+        ended = _wait_all(layout, deadline, args.quiet)
+    else:
+        ids = [find_job(layout, ref).id for ref in args.ids]
+        if not args.quiet:
+            print(f"waiting for {len(ids)} job(s)", file=sys.stderr, flush=True)
+        ended = _wait_ids(layout, ids, deadline)
+    if ended is None:
+        warn("timed out waiting")
+        return EXIT_FAILED
+    bad = [r for r in ended if r.state is not JobState.SUCCEEDED]
+    if not args.quiet:
+        for record in ended:
+            print(f"{record.id}  {record.state}  {record.reason or ''}".rstrip())
+    return EXIT_FAILED if bad else 0
+
+
+def _expired(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() > deadline
+
+
+def _wait_ids(layout: Layout, ids: list[str], deadline: float | None) -> list[JobRecord] | None:
+    while True:
+        records = [read_record(layout.run_dir(i)) for i in ids]
+        if all(is_terminal(r.state) for r in records):
+            return records
+        if _expired(deadline):
+            return None
+        time.sleep(POLL)
+
+
+def _claiming(layout: Layout) -> bool:
+    """A prompt renamed into its run dir whose job.json is not written yet."""
+    return any(
+        (d / PROMPT_FILE).exists() and not (d / JOB_FILE).exists()
+        for d in iter_run_dirs(layout.runs)
+    )
+
+
+def _wait_all(layout: Layout, deadline: float | None, quiet: bool) -> list[JobRecord] | None:
+    watched: set[str] = set()
+    first = True
+    while True:
+        records = all_records(layout)
+        active = {r.id for r in records if not is_terminal(r.state)}
+        watched |= active
+        if first and not quiet:
+            print(f"waiting for {len(active)} active job(s)", file=sys.stderr, flush=True)
+        first = False
+        if not active and not _claiming(layout) and not any(True for _ in scan(layout.inbox)):
+            return [r for r in records if r.id in watched]
+        if _expired(deadline):
+            return None
+        time.sleep(POLL)

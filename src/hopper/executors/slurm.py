@@ -1,0 +1,333 @@
+"""The Slurm executor's edge: sbatch, squeue, scancel, with argument vectors only.
+
+Theory of operation: a job's script (``runs/<id>/script.sh``) is wrapped in a
+batch script in the run directory (:func:`write_batch_script`: ``#!/bin/bash``,
+``cd -- <workdir>``, ``exec bash <script>``) and submitted with the argv from
+:func:`sbatch_argv`: ``--parsable``, the hopper id as the job name,
+``--chdir``, ``--output``/``--error`` both onto ``job.log`` in append mode
+(so ``tail -f`` keeps working), ``--time`` from the timeout, resources from
+the front matter, ``--no-requeue`` (hopper's retry policy decides, Slurm never
+silently runs a job twice). :func:`query` asks the controller about many jobs
+with one call; :func:`cancel` is ``scancel``. What the answers mean lives in
+:mod:`hopper.core.slurm_parse` (pure, tested on recorded output).
+
+Every file named here must be visible at the same path on the compute node:
+the root is on a shared filesystem, as for several hosts on one root.
+
+Nothing from a prompt reaches a shell: values become single argv elements
+(``--mem=4G``), validated first so a bad value fails as a clear bad prompt
+rather than as an sbatch error.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+import signal as signals
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from hopper.core.slurm_parse import (
+    SlurmJob,
+    SlurmParseError,
+    SlurmReportedError,
+    SlurmState,
+    parse_sbatch,
+    parse_scontrol,
+    parse_squeue_json,
+    states_for,
+)
+from hopper.store.atomic import write_atomic
+
+BATCH_SCRIPT = "slurm.sh"  # the wrapper, in the run directory
+COMMAND_TIMEOUT = 60.0  # seconds for one client call (Slurm's MessageTimeout is 10 s)
+
+# Front-matter resources -> sbatch options, with the values each accepts.
+_MEM = re.compile(r"[1-9]\d*[KMGT]?", re.IGNORECASE)
+_GRES = re.compile(r"[A-Za-z][\w.\-]*(:[\w.\-]+)*(,[A-Za-z][\w.\-]*(:[\w.\-]+)*)*")
+RESOURCES = ("cpus", "mem", "gres")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message carries its stderr."""
+
+
+class SlurmUnavailable(SlurmError):
+    """The controller could not be asked (not: the job is gone)."""
+
+
+class ResourceError(ValueError):
+    """A resource in the front matter sbatch would not accept; the message says which."""
+
+
+def _absolute(path: Path, what: str) -> Path:
+    if not path.is_absolute():
+        raise ValueError(f"{what} must be an absolute path, not {str(path)!r}")
+    return path
+
+
+def filename_pattern(path: Path) -> str:
+    """A path for ``--output``/``--error``: Slurm expands ``%x`` there, so ``%`` is doubled.
+
+    A backslash would switch all expansion off (and leave ``%%`` doubled), so
+    such paths are refused.
+    """
+    text = str(_absolute(path, "the output path"))
+    if "\\" in text:
+        raise ValueError(f"Slurm cannot write output to a path with a backslash: {text!r}")
+    return text.replace("%", "%%")
+
+
+def time_limit_minutes(timeout_seconds: float) -> int:
+    """``--time`` in whole minutes, rounded up (Slurm's resolution); at least 1."""
+    if timeout_seconds <= 0 or math.isnan(timeout_seconds) or math.isinf(timeout_seconds):
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout_seconds!r}")
+    return max(1, math.ceil(timeout_seconds / 60))
+
+
+def resource_args(resources: Mapping[str, object]) -> list[str]:
+    """``{"cpus": 2, "mem": "4G", "gres": "gpu:1"}`` -> sbatch options, validated."""
+    unknown = sorted(set(resources) - set(RESOURCES))
+    if unknown:
+        raise ResourceError(
+            f"unknown Slurm resource {', '.join(unknown)}: use {', '.join(RESOURCES)}"
+        )
+    args: list[str] = []
+    cpus = resources.get("cpus")
+    if cpus is not None:
+        if isinstance(cpus, bool) or not isinstance(cpus, int | str) or not str(cpus).isdigit():
+            raise ResourceError(f"cpus must be a whole number, not {cpus!r}")
+        if int(cpus) < 1:
+            raise ResourceError(f"cpus must be at least 1, not {cpus!r}")
+        args.append(f"--cpus-per-task={int(cpus)}")
+    mem = resources.get("mem")
+    if mem is not None:
+        text = str(mem) if isinstance(mem, int) and not isinstance(mem, bool) else mem
+        if not isinstance(text, str) or not _MEM.fullmatch(text):
+            raise ResourceError(f"mem must be megabytes or a size such as 512M or 4G, not {mem!r}")
+        args.append(f"--mem={text.upper()}")
+    gres = resources.get("gres")
+    if gres is not None:
+        if not isinstance(gres, str) or not _GRES.fullmatch(gres):
+            raise ResourceError(f"gres must look like gpu:1 or gpu:a100:2, not {gres!r}")
+        args.append(f"--gres={gres}")
+    return args
+
+
+def sbatch_argv(
+    job_id: str,
+    script_path: Path,
+    workdir: Path,
+    output_path: Path,
+    timeout_seconds: float | None,
+    resources: Mapping[str, object],
+    *,
+    hold: bool = False,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The sbatch command line for one hopper job (``extra``: the operator's options).
+
+    ``hold`` submits it held (``--hold``): it cannot start until :func:`release`,
+    so the watcher can record the Slurm id in job.json first, the way the
+    supervisor's gate holds a local job until its pid is recorded.
+    """
+    if not re.fullmatch(r"[\w.\-]+", job_id):
+        raise ValueError(f"not a hopper job id: {job_id!r}")
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--job-name={job_id}",
+        f"--chdir={_absolute(workdir, 'the workdir')}",
+        f"--output={filename_pattern(output_path)}",
+        f"--error={filename_pattern(output_path)}",
+        "--open-mode=append",
+        "--no-requeue",
+    ]
+    if hold:
+        argv.append("--hold")
+    if timeout_seconds is not None:
+        argv.append(f"--time={time_limit_minutes(timeout_seconds)}")
+    argv += resource_args(resources)
+    argv += list(extra)
+    argv.append(str(_absolute(script_path, "the batch script")))
+    return argv
+
+
+# The wrapper's exit status when the workdir is missing on the compute node
+# (Slurm itself would run the job in /tmp instead, with only a log line).
+NO_WORKDIR_EXIT = 97
+
+
+def batch_script(script_path: Path, workdir: Path) -> str:
+    """The wrapper sbatch submits: runs the job's own script with bash, as its process.
+
+    It enters the workdir itself first: Slurm, when ``--chdir`` fails, logs an
+    error on the node and runs the job in /tmp, which no one would want.
+    """
+    script = shlex.quote(str(_absolute(script_path, "the job script")))
+    where = shlex.quote(str(_absolute(workdir, "the workdir")))
+    return (
+        "#!/bin/bash\n"
+        "# written by hopper: the job's script, run under Slurm\n"
+        f"cd -- {where} || exit {NO_WORKDIR_EXIT}\n"
+        f"exec bash {script}\n"
+    )
+
+
+def write_batch_script(run_dir: Path, script_path: Path, workdir: Path) -> Path:
+    """Write the wrapper into the run directory (atomically) and return its path."""
+    target = _absolute(run_dir, "the run directory") / BATCH_SCRIPT
+    write_atomic(target, batch_script(script_path, workdir).encode())
+    return target
+
+
+def _run(
+    argv: Sequence[str], env: Mapping[str, str] | None, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            list(argv),
+            env=None if env is None else dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except FileNotFoundError as err:
+        raise SlurmUnavailable(f"{argv[0]} is not installed: {err}") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmUnavailable(f"{argv[0]} did not answer within {timeout:g}s") from None
+
+
+def _failure(argv: Sequence[str], done: subprocess.CompletedProcess[str]) -> SlurmError:
+    text = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+    cls = SlurmUnavailable if _unreachable(text) else SlurmError
+    return cls(f"{argv[0]} failed: {text}")
+
+
+def _unreachable(text: str) -> bool:
+    lowered = text.lower()
+    return any(
+        words in lowered
+        for words in (
+            "unable to contact slurm controller",
+            "socket timed out",
+            "connection refused",
+            "could not establish a configuration source",
+            "zero bytes were transmitted or received",
+        )
+    )
+
+
+def submit(
+    argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT
+) -> str:
+    """Run sbatch; return the Slurm job id. Raises SlurmError (sbatch said no)."""
+    done = _run(argv, env, timeout)
+    if done.returncode != 0:
+        raise _failure(argv, done)
+    try:
+        return parse_sbatch(done.stdout)
+    except SlurmParseError as err:
+        raise SlurmError(str(err)) from None
+
+
+def query(
+    slurm_ids: Iterable[str], env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT
+) -> dict[str, SlurmState]:
+    """Ask the controller about these jobs in one call; an id it does not list is not found.
+
+    ``squeue --json`` (22.05+; it ignores filters, so all jobs come back and are
+    picked here); where it is missing, ``scontrol show job -o``. Raises
+    SlurmUnavailable when the controller cannot be asked: never read that as lost.
+    """
+    ids = list(dict.fromkeys(slurm_ids))
+    if not ids:
+        return {}
+    return states_for(ids, _all_jobs(env, timeout))
+
+
+def _all_jobs(env: Mapping[str, str] | None, timeout: float) -> list[SlurmJob]:
+    """Every job the controller lists: ``squeue --json``, else ``scontrol show job -o``."""
+    argv = ["squeue", "--json"]
+    done = _run(argv, env, timeout)
+    if done.returncode == 0:
+        try:
+            return parse_squeue_json(done.stdout)
+        except SlurmReportedError as err:
+            # 22.05 prints {"errors": [slurm_load_jobs ...]} and exits 0 when the
+            # controller does not answer: an empty list then is not "all lost"
+            raise SlurmUnavailable(str(err)) from None
+        except SlurmParseError as err:
+            raise SlurmError(str(err)) from None
+    failure = _failure(argv, done)
+    if isinstance(failure, SlurmUnavailable):
+        raise failure
+    # an squeue without --json (older, or built without the JSON plugin)
+    argv = ["scontrol", "show", "job", "-o"]
+    done = _run(argv, env, timeout)
+    if done.returncode != 0:
+        raise _failure(argv, done)
+    try:
+        return parse_scontrol(done.stdout)
+    except SlurmParseError as err:
+        raise SlurmError(str(err)) from None
+
+
+def _checked_id(slurm_id: str) -> str:
+    if not re.fullmatch(r"\d+(_\d+)?", slurm_id):
+        raise ValueError(f"not a Slurm job id: {slurm_id!r}")
+    return slurm_id
+
+
+def release(
+    slurm_id: str, env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT
+) -> None:
+    """``scontrol release``: let a job submitted with ``hold=True`` start."""
+    argv = ["scontrol", "release", _checked_id(slurm_id)]
+    done = _run(argv, env, timeout)
+    if done.returncode != 0:
+        raise _failure(argv, done)
+
+
+def find_by_name(
+    names: Iterable[str], env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT
+) -> dict[str, list[SlurmJob]]:
+    """The Slurm jobs named after each hopper id (for recovery: submitted, never recorded)."""
+    wanted = set(names)
+    found: dict[str, list[SlurmJob]] = {name: [] for name in wanted}
+    for job in _all_jobs(env, timeout):
+        if job.name in wanted:
+            found[job.name].append(job)
+    return found
+
+
+_GONE = ("already completing or completed", "invalid job id specified")
+
+
+def cancel(
+    slurm_id: str,
+    signal: int | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = COMMAND_TIMEOUT,
+) -> bool:
+    """``scancel`` a job; with ``signal``, send only that signal to all its processes.
+
+    Returns False if Slurm says the job has already ended or is unknown (nothing
+    to cancel), True if the request was accepted.
+    """
+    argv = ["scancel"]
+    if signal is not None:
+        # --full: the batch shell too (by default only its steps get the signal)
+        argv += [f"--signal={signals.Signals(signal).name.removeprefix('SIG')}", "--full"]
+    argv.append(_checked_id(slurm_id))
+    done = _run(argv, env, timeout)
+    text = (done.stderr + done.stdout).lower()
+    if any(phrase in text for phrase in _GONE):
+        return False
+    if done.returncode != 0:
+        raise _failure(argv, done)
+    return True

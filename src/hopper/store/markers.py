@@ -1,0 +1,81 @@
+"""Operator requests as files: PAUSE markers and priority changes.
+
+``<root>/PAUSE`` holds every queued job; ``<root>/inbox/<group>/PAUSE`` holds
+the jobs of that group. Running jobs are never touched by either: a PAUSE
+drains. Remove the file (``hopper resume``) to go on.
+
+``runs/<id>/PRIORITY`` asks the watcher to change a queued job's priority.
+job.json has one writer, the watcher that owns the job; so ``hopper
+priority`` writes this small request (atomically) and the watcher applies it
+at its next scheduling pass: it renames the request aside (a request written
+meanwhile is kept for the pass after), writes job.json with the new
+priority, appends a ``priority_changed`` event, and removes the request.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from hopper.core.schedule import Pause
+from hopper.store.atomic import write_atomic
+from hopper.store.layout import Layout
+
+PAUSE_FILE = "PAUSE"
+PRIORITY_FILE = "PRIORITY"
+PRIORITY_RANGE = (-1000, 1000)
+
+
+class BadGroup(ValueError):
+    """A group name that is not one inbox folder."""
+
+
+def pause_path(layout: Layout, group: str | None = None) -> Path:
+    if group is None:
+        return layout.root / PAUSE_FILE
+    if not group or "/" in group or group.startswith(".") or group in ("..",):
+        raise BadGroup(f"{group!r} is not a group (one inbox sub-folder name)")
+    return layout.inbox / group / PAUSE_FILE
+
+
+def read_pause(layout: Layout, groups: Iterable[str | None]) -> Pause:
+    """The PAUSE markers that matter for jobs of ``groups``."""
+    if os.path.lexists(pause_path(layout)):
+        return Pause(all=True)
+    held = set()
+    for group in {g for g in groups if g}:
+        try:
+            if os.path.lexists(pause_path(layout, group)):
+                held.add(group)
+        except BadGroup:
+            continue
+    return Pause(groups=frozenset(held))
+
+
+def request_priority(run_dir: Path, priority: int) -> Path:
+    path = run_dir / PRIORITY_FILE
+    write_atomic(path, f"{priority}\n".encode())
+    return path
+
+
+def take_priority_request(run_dir: Path) -> int | str | None:
+    """The requested priority; a string saying what was wrong; None if there is no request."""
+    path = run_dir / PRIORITY_FILE
+    taken = run_dir / f".{PRIORITY_FILE}.taken"
+    try:
+        os.rename(path, taken)
+    except FileNotFoundError:
+        return None
+    try:
+        text = taken.read_text(encoding="utf-8", errors="replace").strip()
+    finally:
+        taken.unlink(missing_ok=True)
+    try:
+        value = int(text)
+    except ValueError:
+        return f"PRIORITY must hold an integer, not {text[:40]!r}"
+    low, high = PRIORITY_RANGE
+    if not low <= value <= high:
+        return f"priority {value} is outside {low}..{high}"
+    return value

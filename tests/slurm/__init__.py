@@ -1,0 +1,1 @@
+"""Slurm executor tests (a package, so its conftest does not shadow tests/conftest.py)."""
