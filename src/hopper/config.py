@@ -60,7 +60,10 @@ class AgentConfig(BaseModel):
     model: str | None = None
     api_retries: int = Field(2, ge=0, le=20, description="reruns after rate_limit/network errors")
     retry_backoff: Seconds = Field(2.0, description="before the first rerun; doubles")
-    idle_timeout: Seconds | None = Field(None, description="no output for this long: abort")
+    idle_timeout: Seconds | None = Field(None, description="no output for this long: on_idle")
+    on_idle: Literal["abort", "nudge"] = Field(
+        "abort", description="after idle_timeout: stop the job, or resume it with a nudge"
+    )
     argv: list[str] | None = Field(None, description="custom agent: argv template")
     format: Literal["text", "claude-jsonl", "codex-jsonl"] = "text"
     stdin: bool = Field(True, description="custom agent: the prompt on stdin")
@@ -85,6 +88,52 @@ class Limits(BaseModel):
     )
 
 
+Executor = Literal["local", "slurm"]
+
+
+def _slurm_resource(key: str) -> object:
+    def check(value: object) -> object:
+        if value is None:
+            return value
+        from hopper.executors.slurm import ResourceError, resource_args
+
+        try:
+            resource_args({key: value})
+        except ResourceError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    return BeforeValidator(check)
+
+
+class SlurmConfig(BaseModel):
+    """``[slurm]``: how jobs with ``executor = "slurm"`` are submitted; see docs/slurm.md."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partition: str | None = Field(None, description="sbatch --partition; none: the cluster's")
+    args: list[str] = Field(
+        default_factory=list,
+        description='extra sbatch options, one argv element each: ["--account=lab", "--qos=hi"]',
+    )
+    cpus: Annotated[int | None, _slurm_resource("cpus")] = Field(
+        None, description="default --cpus-per-task (front matter `cpus` wins)"
+    )
+    mem: Annotated[int | str | None, _slurm_resource("mem")] = Field(
+        None, description="default --mem: megabytes, or 512M, 4G (front matter `mem` wins)"
+    )
+    gres: Annotated[str | None, _slurm_resource("gres")] = Field(
+        None, description="default --gres, e.g. gpu:1 (front matter `gres` wins)"
+    )
+    poll_interval: Seconds = Field(
+        2.0, gt=0, description="how often squeue is asked about running Slurm jobs (one call)"
+    )
+
+    def sbatch_extra(self) -> list[str]:
+        """The operator's sbatch options: the partition, then ``args``."""
+        return ([f"--partition={self.partition}"] if self.partition else []) + list(self.args)
+
+
 class Route(BaseModel):
     """``[routes."owner/repo/{branch}"]``: defaults for prompts dropped under that sub-path.
 
@@ -101,6 +150,19 @@ class Route(BaseModel):
     group: str | None = None
     priority: int | None = None
     timeout: Seconds | None = None
+    executor: Executor | None = None
+
+
+class Hooks(BaseModel):
+    """``[hooks]``: argv templates run after a job is finalized, and a webhook."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    on_success: list[str] | None = None
+    on_failure: list[str] | None = None
+    on_finish: list[str] | None = None
+    webhook: str | None = Field(None, pattern=r"^https?://", description="POSTed the job record")
+    timeout: Seconds = Field(60.0, gt=0)
 
 
 class Config(BaseModel):
@@ -122,6 +184,12 @@ class Config(BaseModel):
         1.0, gt=0, description="how often a job's supervisor measures CPU, memory and output"
     )
     heartbeat_interval: Seconds = Field(5.0, gt=0)
+    host_dead_after: Seconds = Field(
+        60.0,
+        gt=0,
+        description="another host with no watcher heartbeat (and jobs with no pulse) this "
+        "long is dead: a survivor takes over its jobs; see docs/scale-out.md",
+    )
     rescan_interval: Seconds = Field(5.0, gt=0, description="full inbox rescan period")
     settle: Seconds = Field(2.0, description="a rescanned prompt still for this long is complete")
     reconcile_interval: Seconds = Field(
@@ -147,8 +215,15 @@ class Config(BaseModel):
     dependency_timeout: Seconds = Field(
         3600.0, description="an `after` name that never appears fails the job after this long"
     )
+    executor: Executor = Field(
+        "local", description="where jobs run: local (a supervised process) or slurm (sbatch)"
+    )
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig, description="executor = slurm")
     routes: dict[str, Route] = Field(
         default_factory=dict, description="inbox sub-path -> defaults; see docs/scheduling.md"
+    )
+    hooks: Hooks = Field(
+        default_factory=lambda: Hooks(), description="completion hooks; see docs/scheduling.md"
     )
 
 

@@ -20,6 +20,8 @@ CRASH_POINTS = (
     "finalize.after_record",
     "finalize.after_move",
 )
+# executor = "slurm" (tests/slurm/test_slurm_jobs.py): after sbatch --hold, after job.json
+SLURM_CRASH_POINTS = ("slurm.after_submit", "slurm.after_record")
 
 _ARMED = frozenset(p for p in os.environ.get("HOPPER_CRASH_AT", "").split(",") if p)
 

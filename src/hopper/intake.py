@@ -11,6 +11,7 @@ import errno
 import logging
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +23,9 @@ from hopper.core import prompt as prompts
 from hopper.core import routing
 from hopper.core.jobid import prompt_stem
 from hopper.core.prompt import BadPrompt, PromptSpec
-from hopper.core.record import JobRecord
+from hopper.core.record import JobHooks, JobRecord
 from hopper.core.states import JobState, Reason, state_for
+from hopper.executors.slurm_runner import slurm_request
 from hopper.faults import crash_point
 from hopper.store.claim import Claimed, claim, read_claim
 from hopper.store.finalize import finalize
@@ -116,6 +118,8 @@ class Intake:
         self.agents = agents
         self.clock = clock
         self.ident = ident
+        # Called with every record this module finalizes (completion hooks).
+        self.on_final: Callable[[JobRecord, Path], None] | None = None
 
     def take(self, path: Path) -> JobRecord | None:
         """Claim and admit one inbox file; None if another watcher got it first."""
@@ -156,6 +160,12 @@ class Intake:
         except BadPrompt as exc:
             return self.reject(run_dir, base, Reason.BAD_PROMPT, exc.describe(claimed.inbox_rel))
         record = self._queued(base, spec)
+        try:
+            record = record.model_copy(
+                update={"slurm_resources": slurm_request(record.executor, spec, self.config.slurm)}
+            )
+        except BadPrompt as exc:
+            return self.reject(run_dir, record, Reason.BAD_PROMPT, exc.describe(claimed.inbox_rel))
         try:
             lookup(self.agents, record.agent)
         except UnknownAgent as exc:
@@ -200,6 +210,14 @@ class Intake:
                 "branch": opts.branch if worktree else None,
                 "memory_max_bytes": spec.limit_bytes("memory_max", self.config.memory_max),
                 "output_max_bytes": spec.limit_bytes("output_max", self.config.output_max),
+                "executor": routing.first(opts.executor, route.executor) or self.config.executor,
+                "hooks": JobHooks(
+                    on_success=opts.on_success,
+                    on_failure=opts.on_failure,
+                    on_finish=opts.on_finish,
+                )
+                if (opts.on_success or opts.on_failure or opts.on_finish)
+                else None,
             }
         )
 
@@ -220,4 +238,6 @@ class Intake:
         append_event(run_dir, "rejected", now, reason=reason, detail=detail)
         finalize(self.layout, run_dir, final, now)
         log.warning("job=%s state=%s reason=%s detail=%s", final.id, final.state, reason, detail)
+        if self.on_final is not None:
+            self.on_final(final, run_dir)
         return final

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 
 from hopper.clock import Clock
+from hopper.core.hosts import HostView, pulse_stale
 from hopper.core.record import JobRecord
 from hopper.core.recovery import Action, RunSnapshot, decide
 from hopper.core.states import JobState, is_terminal
 from hopper.errors import JobFileCorrupt
+from hopper.executors.slurm_runner import StateView, read_exit_file
 from hopper.proc import identity
 from hopper.runner import Runner, Running
 from hopper.store.claim import read_claim
@@ -23,11 +26,14 @@ from hopper.store.jobfile import (
     EXIT_FILE,
     JOB_FILE,
     PROMPT_FILE,
+    RESOURCES_FILE,
     append_event,
     iter_run_dirs,
     read_exit,
     read_record,
+    write_record,
 )
+from hopper.store.takeover import effective_owner, try_take
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +48,33 @@ def parse_owner(owner: str | None) -> tuple[str, int, float] | None:
         return None
 
 
-def snapshot(run_dir: Path, host: str, me: str, now: float) -> RunSnapshot:
+# Actions that change who owns a job: a dead owner's job is taken exactly once.
+TAKEOVERS = frozenset(
+    {
+        Action.COMPLETE_CLAIM,
+        Action.TAKE_QUEUED,
+        Action.REQUEUE,
+        Action.FINISH,
+        Action.ADOPT,
+        Action.LOST,
+    }
+)
+
+
+def _pulse_age(run_dir: Path, now: float) -> float | None:
+    """Seconds since job.json or the supervisor's resources.json last changed."""
+    times = []
+    for name in (JOB_FILE, RESOURCES_FILE):
+        try:
+            times.append(os.stat(run_dir / name).st_mtime)
+        except OSError:
+            continue
+    return now - max(times) if times else None
+
+
+def snapshot(
+    run_dir: Path, host: str, me: str, now: float, hosts: HostView | None = None
+) -> RunSnapshot:
     record: JobRecord | None = None
     corrupt = False
     try:
@@ -63,13 +95,24 @@ def snapshot(run_dir: Path, host: str, me: str, now: float) -> RunSnapshot:
     except FileNotFoundError:
         age = 0.0
     owner_text = record.owner if record else (read_claim(run_dir) or {}).get("owner")
+    if owner_text:
+        owner_text, _ = effective_owner(run_dir, owner_text)  # a takeover may be under way
     owner = parse_owner(owner_text)
     same_host = owner[0] == host if owner else (record is None or record.host == host)
     owner_alive = False
+    host_dead = stale = False
     if owner is not None and owner_text != me and owner[0] == host:
         owner_alive = identity.is_alive(owner[1], owner[2])
-    sup_alive = record is not None and identity.is_alive(
-        record.supervisor_pid, record.supervisor_start_time
+    elif not same_host and hosts is not None:
+        # Another host: judged by files only (its heartbeats, the job's pulse), never by pid.
+        other = owner[0] if owner else (record.host if record else "")
+        owner_alive = bool(owner_text) and hosts.owner_alive(str(owner_text))
+        host_dead = hosts.host_dead(other)
+        stale = pulse_stale(_pulse_age(run_dir, now), hosts.dead_after)
+    sup_alive = (
+        same_host
+        and record is not None
+        and identity.is_alive(record.supervisor_pid, record.supervisor_start_time)
     )
     return RunSnapshot(
         record=record,
@@ -80,26 +123,101 @@ def snapshot(run_dir: Path, host: str, me: str, now: float) -> RunSnapshot:
         owner_alive=owner_alive,
         same_host=same_host,
         supervisor_alive=sup_alive,
+        host_dead=host_dead,
+        pulse_stale=stale,
     )
 
 
-def reconcile(runner: Runner, clock: Clock, queued: dict[str, JobRecord]) -> dict[Action, int]:
+def with_slurm(snap: RunSnapshot, run_dir: Path, view: StateView) -> RunSnapshot:
+    """A recorded Slurm job that may be ours: add Slurm's view and the wrapper's record."""
+    record = snap.record
+    if (
+        record is None
+        or record.slurm_job_id is None
+        or record.state is not JobState.RUNNING
+        or snap.owner_alive
+    ):
+        return snap
+    return replace(
+        snap,
+        slurm=view.state(record.slurm_job_id),
+        slurm_exit=read_exit_file(run_dir, record.slurm_job_id),
+    )
+
+
+def reconcile(
+    runner: Runner,
+    clock: Clock,
+    queued: dict[str, JobRecord],
+    hosts: HostView | None = None,
+) -> dict[Action, int]:
     """Walk every run directory once; returns how many of each action were taken."""
     counts: dict[Action, int] = {}
     ident = runner.intake.ident
+    view = runner.slurm.view = StateView()  # asks Slurm once, only if a record needs it
     for run_dir in iter_run_dirs(runner.layout.runs):
         if run_dir.name in runner.running or run_dir.name in queued:
             continue
         if _finished_fast(run_dir):
             continue
-        snap = snapshot(run_dir, ident.host, ident.owner, clock.time())
+        snap = snapshot(run_dir, ident.host, ident.owner, clock.time(), hosts)
+        snap = with_slurm(snap, run_dir, view)
         action = decide(snap)
-        counts[action] = counts.get(action, 0) + 1
         try:
-            _apply(action, snap, run_dir, runner, clock, queued)
+            if action in TAKEOVERS:
+                taken = _take_over(snap, run_dir, runner, clock)
+                if taken is None:
+                    action = Action.NOT_MINE  # another watcher took it first
+                else:
+                    snap = taken
+            counts[action] = counts.get(action, 0) + 1
+            if action is not Action.NOT_MINE:
+                _apply(action, snap, run_dir, runner, clock, queued)
         except (OSError, JobFileCorrupt) as exc:
             log.error("recovery of %s (%s) failed: %s", run_dir, action, exc)
     return counts
+
+
+def _take_over(
+    snap: RunSnapshot, run_dir: Path, runner: Runner, clock: Clock
+) -> RunSnapshot | None:
+    """Win the job's takeover marker (exactly one watcher does); None if we lost.
+
+    Our own jobs (after a SIGHUP re-exec) need no marker. A job of another
+    host is then re-owned by us before anything else happens to it, so a
+    crash from here on leaves it to the next takeover, keyed by us.
+    """
+    me = runner.intake.ident
+    record = snap.record
+    owner_text = record.owner if record else (read_claim(run_dir) or {}).get("owner")
+    if not owner_text or owner_text == me.owner:
+        return snap
+    effective, chain = effective_owner(run_dir, owner_text)
+    if effective == me.owner:
+        return snap
+    if not try_take(run_dir, chain, me.owner):
+        return None
+    if record is not None and not snap.same_host:
+        try:
+            current = read_record(run_dir)
+        except (OSError, JobFileCorrupt):
+            return None
+        if current.state != record.state or current.owner != record.owner:
+            return None  # changed under us after all: leave it
+        mine = current.model_copy(update={"owner": me.owner})
+        write_record(run_dir, mine)
+        append_event(
+            run_dir,
+            "taken_over",
+            clock.now(),
+            from_host=record.host,
+            from_owner=owner_text,
+            owner=me.owner,
+            state=record.state,
+        )
+        log.warning("job=%s taken over from dead host %s", record.id, record.host)
+        return replace(snap, record=mine)
+    return snap
 
 
 def _finished_fast(run_dir: Path) -> bool:
@@ -150,20 +268,32 @@ def _apply(
         )
     elif action is Action.TAKE_QUEUED:
         assert record is not None
-        identity.end_stale_supervisors(str(run_dir))
+        if record.executor == "slurm" and not runner.slurm.cancel_unrecorded(
+            record.id, runner.slurm.view
+        ):
+            return  # Slurm did not answer: a submitted, unrecorded job may exist; next time
+        if snap.same_host:
+            identity.end_stale_supervisors(str(run_dir))
         (run_dir / EXIT_FILE).unlink(missing_ok=True)  # a start abandoned by a crash
         queued[record.id] = record
     elif action is Action.REQUEUE:
         assert record is not None
-        identity.end_stale_supervisors(str(run_dir))
+        if snap.same_host:
+            identity.end_stale_supervisors(str(run_dir))
         rec = runner.requeue(record)
         queued[rec.id] = rec
+    elif action is Action.FINISH and snap.slurm is not None:
+        assert record is not None
+        runner.slurm.settle(Running(record, run_dir, None), snap.slurm, snap.slurm_exit)
     elif action is Action.FINISH:
         assert record is not None and snap.exit is not None
         runner.finish(Running(record, run_dir, None), snap.exit)
     elif action is Action.ADOPT:
         assert record is not None
         runner.adopt(record)
+    elif action is Action.LOST and snap.slurm is not None:
+        assert record is not None
+        runner.slurm.settle(Running(record, run_dir, None), snap.slurm, snap.slurm_exit)
     elif action is Action.LOST:
         assert record is not None
         runner.lose(Running(record, run_dir, None))

@@ -28,6 +28,8 @@ from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.retry import backoff, should_retry
 from hopper.core.states import JobState, Reason, check_transition, state_for
 from hopper.core.templates import template_values
+from hopper.executors.slurm import EXIT_STATUS_FILE as SLURM_EXIT_FILE
+from hopper.executors.slurm_runner import SlurmJobs
 from hopper.faults import crash_point
 from hopper.intake import Intake, read_prompt
 from hopper.proc import identity, spawn
@@ -89,6 +91,10 @@ class Runner:
     pool: spawn.SupervisorPool | None = None  # warm supervisors, owned by the watcher
     requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler
     io_errors: int = 0  # failed writes since start (disk full …), for status reports
+    slurm: SlurmJobs = field(init=False)  # executor = "slurm": submit, poll, cancel
+
+    def __post_init__(self) -> None:
+        self.slurm = SlurmJobs(self)
 
     # -- start ------------------------------------------------------------------
     def start(self, record: JobRecord) -> None:
@@ -114,6 +120,9 @@ class Runner:
             "HOPPER_ROOT": str(self.layout.root),
             **({"HOPPER_BRANCH": record.branch} if record.branch else {}),
         }
+        if record.executor == "slurm":
+            self.slurm.start(record, run_dir, prep, workdir, env)
+            return
         launch = spawn.LaunchSpec(
             argv=prep.argv,
             cwd=str(workdir),
@@ -146,6 +155,7 @@ class Runner:
                 "heartbeat_at": now,
                 "workdir": str(workdir),
                 "owner": self.intake.ident.owner,
+                "host": self.intake.ident.host,  # a retry taken over from a dead host runs here
             }
         )
         write_record(run_dir, running)
@@ -222,8 +232,13 @@ class Runner:
     # -- monitor ----------------------------------------------------------------
     def poll(self) -> None:
         """One pass over every running job."""
+        slurm_jobs = [j for j in self.running.values() if j.record.slurm_job_id is not None]
+        if slurm_jobs:
+            self.slurm.poll(slurm_jobs)  # one squeue for all of them
         for job_id in list(self.running):
             job = self.running[job_id]
+            if job.record.slurm_job_id is not None:
+                continue
             try:
                 self._poll_one(job)
             except OSError as exc:
@@ -286,7 +301,9 @@ class Runner:
             reason=reason,
         )
         rec = job.record
-        if identity.is_alive(rec.supervisor_pid, rec.supervisor_start_time):
+        if rec.slurm_job_id is not None:
+            self.slurm.cancel(job)  # scancel; Slurm escalates to SIGKILL after KillWait
+        elif identity.is_alive(rec.supervisor_pid, rec.supervisor_start_time):
             assert rec.supervisor_pid is not None
             identity.send(rec.supervisor_pid, signal.SIGTERM)
         job.stop_sent = True
@@ -297,7 +314,7 @@ class Runner:
         self.running.pop(job.record.id, None)
         if job.supervisor is not None:
             self._reap.append(job.supervisor)
-        else:
+        elif job.record.host == self.intake.ident.host:  # never a pid of another host
             _reap_adopted(job.record.supervisor_pid)
         outcome = classify(status, job.record.stop_requested)
         now = self.clock.now()
@@ -326,7 +343,8 @@ class Runner:
         self.running.pop(job.record.id, None)
         rec = job.record
         killed = 0
-        if rec.pid is not None and identity.is_alive(rec.pid, rec.pid_start_time):
+        local = rec.host == self.intake.ident.host  # a dead host's pids are not ours to judge
+        if local and rec.pid is not None and identity.is_alive(rec.pid, rec.pid_start_time):
             killed = identity.kill_tree(rec.pid)
         append_event(job.run_dir, "lost", self.clock.now(), orphans_killed=killed)
         self._close(
@@ -376,6 +394,8 @@ class Runner:
         check_transition(record.state, final.state)
         finalize(self.layout, run_dir, final, now)
         log.info("job=%s state=%s->%s reason=%s", record.id, record.state, final.state, reason)
+        if self.intake.on_final is not None:
+            self.intake.on_final(final, run_dir)
 
     def _retry(
         self,
@@ -387,7 +407,7 @@ class Runner:
     ) -> None:
         """Keep this attempt's log and exit record under attempt-numbered names; requeue."""
         n = record.attempt
-        for name in (LOG_FILE, EXIT_FILE):
+        for name in (LOG_FILE, EXIT_FILE, SLURM_EXIT_FILE):
             source = run_dir / name
             if source.exists():
                 stem, dot, ext = name.partition(".")
@@ -405,6 +425,7 @@ class Runner:
                 "pid_start_time": None,
                 "supervisor_pid": None,
                 "supervisor_start_time": None,
+                "slurm_job_id": None,
                 "stop_requested": None,
                 "exit_code": status.exit_code if status else None,
                 "signal": status.signal if status else None,
@@ -434,6 +455,7 @@ class Runner:
                 "pid_start_time": None,
                 "supervisor_pid": None,
                 "supervisor_start_time": None,
+                "slurm_job_id": None,
                 "started_at": None,
                 "owner": self.intake.ident.owner,
             }

@@ -11,6 +11,7 @@ Signal handlers only set flags.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import signal
@@ -32,12 +33,14 @@ from hopper.core.recovery import Action
 from hopper.core.schedule import KnownJob, Limits, schedule
 from hopper.core.states import JobState, Reason
 from hopper.errors import JobFileCorrupt
+from hopper.hooks import HookRunner, HookSet, calls_for
 from hopper.intake import Identity, Intake
 from hopper.proc import identity
 from hopper.proc.openfiles import open_for_writing
 from hopper.proc.spawn import SupervisorPool
 from hopper.reconcile import reconcile
 from hopper.runner import Runner
+from hopper.scaleout import ScaleOut
 from hopper.sdnotify import Notifier
 from hopper.store.claim import ClaimFailed
 from hopper.store.inbox import Candidate, in_scope, is_settled, scan
@@ -50,6 +53,9 @@ from hopper.wake import Waker
 from hopper.workspace import remove_worktree
 
 log = logging.getLogger(__name__)
+
+QUEUE_SWEEP_INTERVAL = 1.0  # seconds between full passes over the queued jobs
+WINDOW_MIN = 64  # queued jobs below this count are always scheduled in full
 
 
 @dataclass
@@ -78,6 +84,8 @@ class Watcher:
         agents = agents or builtin_agents(config)
         self.intake = Intake(layout, config, agents, self.clock, self.ident)
         self.runner = Runner(layout, config, self.intake, self.clock)
+        self.hooks = HookRunner(self.clock)
+        self.intake.on_final = self._run_hooks
         self.queued: dict[str, JobRecord] = {}
         self.waker = Waker()
         self.events = InboxEvents(self.waker.wake)
@@ -86,6 +94,7 @@ class Watcher:
         self._waiting: set[Path] = set()  # seen but not yet complete
         self._next_rescan = 0.0
         self._next_reconcile = 0.0
+        self._next_queue_sweep = 0.0
         self._next_notify = 0.0
         self.notifier = Notifier()
         self._stop_deadline: float | None = None
@@ -97,12 +106,15 @@ class Watcher:
             group_default=config.limits.group_default,
         )
         self.known = KnownJobs(layout)
+        self.scale = ScaleOut(layout, config, self.ident, self.clock, self.limits)
         self._paused: frozenset[str] = frozenset()  # queued ids held only by PAUSE
 
     # -- lifecycle --------------------------------------------------------------
     def run(self, *, until_idle: bool = False) -> int:
         """Serve until SIGTERM/SIGINT (or, with ``until_idle``, until nothing is left)."""
         self.layout.ensure()
+        self.scale.start()
+        self.scale.beat(self.runner.running, 0, force=True)  # before any claim: we are alive
         reexec = False
         previous = self._install_signals()
         observer = InboxObserver(self.layout.inbox, self.events)
@@ -137,6 +149,8 @@ class Watcher:
             else:
                 self.notifier.stopping()
             self.runner.pool.close()
+            self._guarded("beat", lambda: self.scale.close(len(self.runner.running)))
+            self.hooks.close(timeout=self.config.hooks.timeout)
             observer.stop()
             self.waker.close()
             for signum, handler in previous.items():
@@ -192,6 +206,7 @@ class Watcher:
 
     def turn(self) -> None:
         """One pass: intake, start, poll. Never raises for bad input or a full disk."""
+        self._guarded("beat", self._beat)
         if self.flags.stop:
             self._guarded("stop", self._begin_stop)
         else:
@@ -203,12 +218,19 @@ class Watcher:
             i: j.record for i, j in self.runner.running.items() if j.record.workspace == "worktree"
         }
         before = len(self.runner.running)
+        held = {i: j.record for i, j in self.runner.running.items()}
         self.runner.poll()
+        self._guarded("leases", lambda: self.scale.released(held, self.runner.running))
         if worktrees:
             self._guarded("workspace", lambda: self._after_poll(worktrees))
         if len(self.runner.running) < before and not self.flags.stop:
             # A slot just freed: fill it now, not a poll_interval later.
             self._guarded("start", self._start_queued)
+
+    def _beat(self) -> None:
+        """Our heartbeat file; a host that just died is reconciled at once."""
+        if self.scale.beat(self.runner.running, len(self.queued)):
+            self._next_reconcile = 0.0
 
     def _guarded(self, phase: str, step: Callable[[], None]) -> None:
         try:
@@ -219,7 +241,7 @@ class Watcher:
     def _reconcile(self) -> None:
         """Recover anything half-done (at start, then every reconcile_interval)."""
         self._next_reconcile = self.clock.monotonic() + self.config.reconcile_interval
-        counts = reconcile(self.runner, self.clock, self.queued)
+        counts = reconcile(self.runner, self.clock, self.queued, self.scale.view(fresh=True))
         acted = {k: v for k, v in counts.items() if k not in (Action.NOTHING, Action.NOT_MINE)}
         if acted:
             log.info("recovered: %s", ", ".join(f"{k}={v}" for k, v in acted.items()))
@@ -300,23 +322,35 @@ class Watcher:
         for retry in self.runner.requeued:
             self.queued[retry.id] = retry
         self.runner.requeued.clear()
-        for job_id in sorted(self.queued):
-            run_dir = self.layout.run_dir(job_id)
-            if (run_dir / ABORT_FILE).exists():
-                self.runner.abort_queued(self.queued.pop(job_id))
-                continue
-            self._apply_priority(job_id, run_dir)
+        mono = self.clock.monotonic()
+        full = mono >= self._next_queue_sweep
+        if full:
+            # ABORT and PRIORITY markers of queued jobs, and the dependency
+            # verdicts, cost a pass over the whole queue: once a second, not on
+            # every turn (a backlog of 100,000 would make each start O(n)).
+            self._next_queue_sweep = mono + QUEUE_SWEEP_INTERVAL
+            for job_id in sorted(self.queued):
+                run_dir = self.layout.run_dir(job_id)
+                if (run_dir / ABORT_FILE).exists():
+                    self.runner.abort_queued(self.queued.pop(job_id))
+                    continue
+                self._apply_priority(job_id, run_dir)
         if not self.queued:
             self._paused = frozenset()
             return
+        if not full and len(self.runner.running) >= self.config.max_parallel:
+            return  # no slot to fill; failures wait for the next sweep
+        window = self.queued_window(full)
+        mine = [j.record for j in self.runner.running.values()]
         decision = schedule(
-            queued=list(self.queued.values()),
-            running=[j.record for j in self.runner.running.values()],
+            queued=window,
+            running=mine,
             limits=self.limits,
             pause=read_pause(self.layout, (r.group for r in self.queued.values())),
             known=self._known_jobs(),
             now=self.clock.now(),
             dependency_timeout=self.config.dependency_timeout,
+            elsewhere=self.scale.elsewhere(window, mine),  # slots other watchers hold
         )
         self._paused = decision.paused
         for failure in decision.fail:
@@ -326,6 +360,9 @@ class Watcher:
             )
         for job_id in decision.start:
             record = self.queued.pop(job_id)
+            if not self.scale.acquire(record):
+                self.queued[job_id] = record  # another watcher took the slot first
+                continue
             try:
                 self.runner.start(record)
             except OSError as exc:
@@ -336,6 +373,39 @@ class Watcher:
                     Reason.SPAWN_FAILED,
                     f"could not start: {exc}",
                 )
+            if job_id not in self.runner.running:
+                self.scale.release(record)  # it ended before it ran (workspace, bad prompt …)
+
+    def _run_hooks(self, record: JobRecord, run_dir: Path) -> None:
+        """Queue the completion hooks a finalized job triggers (job's own win per kind)."""
+        conf, own = self.config.hooks, record.hooks
+        hooks = HookSet(
+            on_success=(own and own.on_success) or conf.on_success,
+            on_failure=(own and own.on_failure) or conf.on_failure,
+            on_finish=(own and own.on_finish) or conf.on_finish,
+            webhook=conf.webhook,
+            timeout=conf.timeout,
+        )
+        self.hooks.submit(calls_for(record, run_dir, hooks))
+
+    def queued_window(self, full: bool) -> list[JobRecord]:
+        """The queued jobs the scheduler needs to see this turn.
+
+        A full sweep sees all of them. Otherwise: every job with a session or
+        dependencies (their order and verdicts depend on the rest), plus the
+        first few other jobs in start order — enough to fill every slot several
+        times over — so a start costs a heap selection, not a full schedule.
+        A job the window leaves out (its group paused or at its limit) is seen
+        at the next sweep, within QUEUE_SWEEP_INTERVAL.
+        """
+        if full or len(self.queued) <= WINDOW_MIN:
+            return list(self.queued.values())
+        special: list[JobRecord] = []
+        plain: list[JobRecord] = []
+        for record in self.queued.values():
+            (special if record.session or record.after else plain).append(record)
+        size = max(WINDOW_MIN, 4 * self.config.max_parallel)
+        return special + heapq.nsmallest(size, plain, key=lambda r: (-r.priority, r.id))
 
     def _apply_priority(self, job_id: str, run_dir: Path) -> None:
         """``hopper priority`` left a request: the owner writes it into job.json."""

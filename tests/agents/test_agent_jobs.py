@@ -264,6 +264,28 @@ def test_idle_timeout_stops_a_silent_agent(
     assert "idle_timeout" in events(run_dir)
 
 
+def test_idle_nudge_resumes_the_session(
+    layout: Layout, hopper: Hopper, config_file: Path, tmp_path: Path, srv: ModelServer, work: Path
+) -> None:
+    agent_config(config_file, tmp_path, srv.url)
+    srv.script([tool("python3 -c 'import time; time.sleep(30)'"), text("Done after the nudge.")])
+    drop(
+        layout,
+        "nudged",
+        prompt("claude", "x", workdir=str(work), idle_timeout="1s", on_idle="nudge", max_nudges=1),
+    )
+    started = time.monotonic()
+    assert hopper("run", "--until-idle").returncode == 0
+    assert time.monotonic() - started < 40
+    (run_dir,) = jobs(layout)
+    record = read_record(run_dir)
+    assert (record.state, record.reason) == (JobState.SUCCEEDED, Reason.COMPLETED), record.detail
+    assert record.nudges == 1
+    assert "nudge" in events(run_dir)
+    assert "printed nothing" in (last_user_text(srv.model_requests()[-1].body) or "")
+    assert (run_dir / "result.md").read_text() == "Done after the nudge.\n"
+
+
 def test_secrets_never_written(
     layout: Layout, hopper: Hopper, config_file: Path, tmp_path: Path, srv: ModelServer, work: Path
 ) -> None:

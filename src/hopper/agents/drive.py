@@ -363,6 +363,18 @@ class Driver:
                 break
             if res.idle:
                 quiet = float(self.spec.get("idle_timeout") or 0)
+                if self.spec.get("on_idle") == "nudge" and sid and nudges < max_nudges:
+                    nudges += 1
+                    message = self.run_dir / f"nudge-{nudges}.md"
+                    text = (
+                        f"You have printed nothing for {quiet:g} seconds. Carry on with the "
+                        "task; if you are stuck or waiting on something, say what and stop.\n"
+                    )
+                    write_atomic(message, text.encode(), durable=False)
+                    self.event("nudge", nudge=nudges, max_nudges=max_nudges, why="idle")
+                    self.say(f"[hopper] nudge {nudges}/{max_nudges}: idle for {quiet:g}s; resuming")
+                    session_id, resume = sid, True
+                    continue
                 outcome = "idle_timeout"
                 detail = f"the agent printed nothing for {quiet:g}s and was stopped"
                 break

@@ -73,6 +73,7 @@ def prepare_driven(
         "check": expand_argv(opts.check, job.values) if opts.check else opts.check,
         "max_nudges": (opts.max_nudges if opts.max_nudges is not None else DEFAULT_MAX_NUDGES),
         "idle_timeout": idle if idle is not None else cfg.idle_timeout,
+        "on_idle": opts.on_idle or cfg.on_idle,
         "api_retries": cfg.api_retries,
         "retry_backoff": cfg.retry_backoff,
         "grace": 5.0,

@@ -27,6 +27,7 @@ from hopper.cli import (
     usage,
     wait,
     watch,
+    watchers,
 )
 from hopper.cli.common import EXIT_USAGE, fail
 from hopper.errors import HopperError
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         schema,
         config,
         doctor,
+        watchers,
     ):
         module.register(sub)
     return parser

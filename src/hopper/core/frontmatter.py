@@ -16,7 +16,7 @@ def _string(text: str) -> str:
 
 
 def _key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else _string(key)
+    return key if _BARE_KEY.fullmatch(key) else _string(key)
 
 
 def _value(value: Value) -> str:

@@ -55,6 +55,7 @@ class PromptOptions(BaseModel):
     check: list[str] | None = None
     max_nudges: Annotated[int, Field(ge=0, le=20)] | None = None
     idle_timeout: Annotated[str | int | float | None, Field(union_mode="left_to_right")] = None
+    on_idle: Literal["abort", "nudge"] | None = None
     retries: Annotated[int, Field(ge=0, le=100)] | None = None
     memory_max: Annotated[str | int | None, Field(union_mode="left_to_right")] = None
     output_max: Annotated[str | int | None, Field(union_mode="left_to_right")] = None
@@ -64,6 +65,13 @@ class PromptOptions(BaseModel):
     workspace: Literal["none", "folder", "worktree"] | None = None
     branch: str | None = None
     ref: str | None = None
+    on_success: list[str] | None = None
+    on_failure: list[str] | None = None
+    on_finish: list[str] | None = None
+    executor: Literal["local", "slurm"] | None = None
+    cpus: Annotated[int, Field(ge=1)] | None = None
+    mem: Annotated[str | int | None, Field(union_mode="left_to_right")] = None
+    gres: str | None = None
 
     @field_validator("timeout", "idle_timeout")
     @classmethod
@@ -248,6 +256,10 @@ _KEY_HINTS = {
     "priority": "an integer from -1000 to 1000; higher starts first",
     "after": 'a list of job names or ids, for example after = ["migrate"]',
     "workspace": 'one of "none", "folder", "worktree"',
+    "executor": 'one of "local", "slurm"',
+    "cpus": "Slurm only: a whole number, for example cpus = 4",
+    "mem": 'Slurm only: megabytes, or a size such as mem = "4G"',
+    "gres": 'Slurm only: for example gres = "gpu:1"',
 }
 
 

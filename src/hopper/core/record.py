@@ -50,6 +50,16 @@ class Resources(BaseModel):
     processes: int | None = Field(None, description="while running: processes in the tree now")
 
 
+class JobHooks(BaseModel):
+    """Per-job completion hooks from front matter (argv templates)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    on_success: list[str] | None = None
+    on_failure: list[str] | None = None
+    on_finish: list[str] | None = None
+
+
 class JobRecord(BaseModel):
     """One job: ``runs/<id>/job.json``. Always complete; replaced atomically."""
 
@@ -130,6 +140,17 @@ class JobRecord(BaseModel):
     workspace_path: str | None = Field(
         None, description="folder / worktree: the directory the job ran in"
     )
+    executor: Literal["local", "slurm"] = Field(
+        "local", description="local: a supervised process on `host`; slurm: a Slurm batch job"
+    )
+    slurm_job_id: str | None = Field(
+        None, description="executor slurm: the Slurm job id (set before the job may start)"
+    )
+    slurm_resources: dict[str, int | str] = Field(
+        default_factory=dict,
+        description="executor slurm: cpus, mem, gres asked of Slurm (front matter, else [slurm])",
+    )
+    hooks: JobHooks | None = Field(None, description="the job's own completion hooks")
 
 
 class ExitStatus(BaseModel):

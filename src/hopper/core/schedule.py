@@ -82,6 +82,20 @@ class KnownJob:
 
 
 @dataclass(frozen=True)
+class Elsewhere:
+    """Slots and sessions other watchers on the root hold (from their leases).
+
+    Counted with this watcher's own running jobs against the same limits, so
+    the limits are global (docs/scale-out.md).
+    """
+
+    total: int = 0
+    agents: Mapping[str, int] = field(default_factory=dict)
+    groups: Mapping[str, int] = field(default_factory=dict)
+    sessions: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
 class Failure:
     job_id: str
     reason: Reason
@@ -231,11 +245,13 @@ def schedule(
     known: Sequence[KnownJob],
     now: datetime,
     dependency_timeout: float,
+    elsewhere: Elsewhere | None = None,
 ) -> Decision:
     """Decide which of ``queued`` start now (in start order) and which fail."""
+    other = elsewhere or Elsewhere()
     failures, waiting = _dependencies(queued, known, now, dependency_timeout)
     failing = {f.job_id for f in failures}
-    busy = {r.session for r in running if r.session}
+    busy = {r.session for r in running if r.session} | set(other.sessions)
     paused: set[str] = set()
     eligible: list[JobRecord] = []
     for record in sorted(queued, key=lambda r: r.id):  # claim order, for sessions
@@ -257,9 +273,10 @@ def schedule(
             continue
         eligible.append(record)
 
-    total = len(running)
-    per_agent = Counter(r.agent for r in running)
+    total = len(running) + other.total
+    per_agent = Counter(r.agent for r in running) + Counter(other.agents)
     per_group: Counter[str | None] = Counter(r.group for r in running)
+    per_group.update(other.groups)
     start: list[str] = []
     for record in sorted(eligible, key=lambda r: (-r.priority, r.id)):
         group_limit = limits.for_group(record.group)

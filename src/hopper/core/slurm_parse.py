@@ -357,3 +357,69 @@ def slurm_outcome(state: SlurmState, stop_requested: Reason | None = None) -> Sl
         "exist on the compute node",
         exit_code=code,
     )
+
+
+# --- the wrapper's own exit record --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlurmExitFile:
+    """``runs/<id>/slurm-exit.json``: what the batch wrapper recorded as the job ended."""
+
+    slurm_id: str
+    exit_code: int | None
+    signal: int | None
+    finished_at: str  # UTC ISO-8601, as ``date -u`` printed it
+
+
+def parse_exit_file(text: str) -> SlurmExitFile:
+    """The wrapper's record; raises SlurmParseError for anything else."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SlurmParseError(f"slurm-exit.json is not JSON: {err}") from None
+    if not isinstance(doc, dict):
+        raise SlurmParseError("slurm-exit.json is not an object")
+    code, sig = doc.get("exit_code"), doc.get("signal")
+    for value in (code, sig):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise SlurmParseError(f"slurm-exit.json holds {value!r}, not a number")
+    return SlurmExitFile(
+        slurm_id=str(doc.get("slurm_job_id") or ""),
+        exit_code=code,
+        signal=sig,
+        finished_at=str(doc.get("finished_at") or ""),
+    )
+
+
+def outcome_from_exit_file(
+    record: SlurmExitFile, stop_requested: Reason | None = None
+) -> SlurmOutcome:
+    """The end the wrapper recorded, when Slurm itself no longer remembers the job."""
+    if record.exit_code == 0 and record.signal is None:
+        return SlurmOutcome(Reason.COMPLETED, "exited 0", exit_code=0)
+    if stop_requested in _STOPPED_BY_HOPPER:
+        return SlurmOutcome(
+            stop_requested, _STOPPED_BY_HOPPER[stop_requested], record.exit_code, record.signal
+        )
+    if record.signal is not None:
+        return SlurmOutcome(
+            Reason.SIGNALED, f"killed by {signal_name(record.signal)}", signal=record.signal
+        )
+    return SlurmOutcome(
+        Reason.EXIT_NONZERO, f"exited {record.exit_code}", exit_code=record.exit_code
+    )
+
+
+def settle(
+    state: SlurmState, exit_file: SlurmExitFile | None, stop_requested: Reason | None = None
+) -> SlurmOutcome | None:
+    """A Slurm job's end from everything known; None while it is still active.
+
+    Slurm's record wins (it knows TIMEOUT, NODE_FAIL, a cancel); when Slurm
+    has forgotten the job, the wrapper's exit record (for this Slurm id) is
+    read instead; with neither, the job is ``lost``.
+    """
+    if not state.found and exit_file is not None and exit_file.slurm_id == state.slurm_id:
+        return outcome_from_exit_file(exit_file, stop_requested)
+    return slurm_outcome(state, stop_requested)

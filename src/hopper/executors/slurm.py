@@ -42,6 +42,7 @@ from hopper.core.slurm_parse import (
 from hopper.store.atomic import write_atomic
 
 BATCH_SCRIPT = "slurm.sh"  # the wrapper, in the run directory
+ACTIVE_HELD_REASON = "JobHeldUser"  # squeue's reason for a job submitted with --hold
 COMMAND_TIMEOUT = 60.0  # seconds for one client call (Slurm's MessageTimeout is 10 s)
 
 # Front-matter resources -> sbatch options, with the values each accepts.
@@ -331,3 +332,79 @@ def cancel(
     if done.returncode != 0:
         raise _failure(argv, done)
     return True
+
+
+# --- the watcher's wrapper: any argv, with its own exit record -------------------------
+
+ARGV_FILE = "slurm.argv"  # the job's argv, NUL-separated (data, never shell text)
+EXIT_STATUS_FILE = "slurm-exit.json"  # written by the wrapper as the job ends
+NO_ARGV_EXIT = 96
+
+
+def job_wrapper(run_dir: Path, workdir: Path) -> str:
+    """The batch script for a watcher-run job: argv from a file, exit status recorded.
+
+    The argv is read with ``mapfile -d ''`` from :data:`ARGV_FILE`, so nothing
+    from the prompt is ever shell text. The job runs as a child (stdin
+    /dev/null); the wrapper passes SIGTERM/SIGINT on, waits, then writes
+    :data:`EXIT_STATUS_FILE` (atomically: temp name, ``mv``) with
+    ``$SLURM_JOB_ID``, so a watcher that was down longer than Slurm's
+    ``MinJobAge`` can still finalize. It then ends the way the job did (the
+    same exit code, or the same signal), so Slurm's own record agrees.
+    A status of 129-192 is read as a signal (bash cannot tell ``exit 143``
+    from SIGTERM).
+    """
+    run = shlex.quote(str(_absolute(run_dir, "the run directory")))
+    where = shlex.quote(str(_absolute(workdir, "the workdir")))
+    return (
+        "#!/bin/bash\n"
+        "# written by hopper: runs the job's argv (slurm.argv) under Slurm and records\n"
+        "# its exit status in slurm-exit.json, as the local supervisor writes exit.json\n"
+        f"run={run}\n"
+        "record() {\n"
+        f'    local tmp="$run/.{EXIT_STATUS_FILE}.$$"\n'
+        '    printf \'{"slurm_job_id": "%s", "exit_code": %s, "signal": %s, '
+        '"finished_at": "%s"}\\n\' \\\n'
+        '        "${SLURM_JOB_ID:-}" "$1" "$2" "$(date -u +%Y-%m-%dT%H:%M:%S.%6NZ)" >"$tmp" \\\n'
+        f'        && mv -f -- "$tmp" "$run/{EXIT_STATUS_FILE}"\n'
+        "}\n"
+        f"cd -- {where} || {{ record {NO_WORKDIR_EXIT} null; exit {NO_WORKDIR_EXIT}; }}\n"
+        f"mapfile -d '' -t argv <\"$run/{ARGV_FILE}\" && [ ${{#argv[@]}} -gt 0 ] "
+        f"|| {{ record {NO_ARGV_EXIT} null; exit {NO_ARGV_EXIT}; }}\n"
+        "child=\n"
+        'trap \'[ -n "$child" ] && kill -TERM "$child" 2>/dev/null\' TERM\n'
+        'trap \'[ -n "$child" ] && kill -INT "$child" 2>/dev/null\' INT\n'
+        '"${argv[@]}" </dev/null &\n'
+        "child=$!\n"
+        "while :; do\n"
+        '    wait "$child"; rc=$?\n'
+        '    [ "$rc" -gt 128 ] && kill -0 "$child" 2>/dev/null && continue\n'
+        "    break\n"
+        "done\n"
+        "trap - TERM INT\n"
+        'if [ "$rc" -gt 128 ] && [ "$rc" -le 192 ]; then\n'
+        "    record null $((rc - 128))\n"
+        "    kill -n $((rc - 128)) $$\n"
+        "else\n"
+        '    record "$rc" null\n'
+        "fi\n"
+        'exit "$rc"\n'
+    )
+
+
+def write_job_wrapper(run_dir: Path, argv: Sequence[str], workdir: Path) -> Path:
+    """Write :data:`ARGV_FILE` and the wrapper into the run directory; the wrapper's path."""
+    if not argv or any("\0" in arg for arg in argv):
+        raise ValueError("the job's argv is empty or holds a NUL byte")
+    run = _absolute(run_dir, "the run directory")
+    write_atomic(run / ARGV_FILE, b"".join(arg.encode() + b"\0" for arg in argv))
+    target = run / BATCH_SCRIPT
+    write_atomic(target, job_wrapper(run, workdir).encode())
+    return target
+
+
+def list_jobs(
+    env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT
+) -> list[SlurmJob]:
+    """Every job the controller lists (one call), e.g. for recovery's look at many ids."""
+    return _all_jobs(env, timeout)

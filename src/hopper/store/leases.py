@@ -1,0 +1,251 @@
+"""Global slot and session leases: files under ``<root>/.hopper/slots/<scope>/``.
+
+Theory of operation. A scope is one limit shared by every watcher on the
+root: ``all`` (``max_parallel``), ``agent-<name>``, ``group-<name>``, and
+``session-<name>`` (limit 1: a session never runs two jobs at once, across
+watchers). A scope with limit N has lease files ``0`` … ``N-1``; holding a
+lease means having created one of them. Creation is exclusive without
+flock: the lease is written complete to a unique temporary name and
+``link(2)``-ed to the slot name, which fails with EEXIST if the slot is
+taken — atomic on a local filesystem and on NFS (the classic NFS lock
+recipe of open(2): if the reply is lost and retransmitted, a link count of 2
+on the temporary file says we won after all).
+
+A lease names its job, the watcher (owner) and host that took it. It is
+released (unlinked) when the job leaves the running state; one that was
+never released (a crash, a dead host) goes stale and is reclaimed when a
+watcher finds the scope full. Reclaiming renames the lease aside first, so
+of two reclaimers only one wins. Counting a scope is one directory listing,
+no reads.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import logging
+import os
+import secrets
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from hopper.store.layout import Layout
+
+log = logging.getLogger(__name__)
+
+SLOTS_DIR = "slots"
+
+
+def create_exclusive(path: Path, data: bytes) -> bool:
+    """Create ``path`` with ``data`` only if no such name exists; True if we made it.
+
+    Complete content under the final name from the first instant (written
+    to a temporary name, then hard-linked). Safe on NFS, where O_EXCL is
+    not on every version and a retransmitted request can report EEXIST for
+    a link that succeeded.
+    """
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return os.stat(tmp).st_nlink == 2  # NFS: our link landed, the reply was lost
+        except OSError as exc:
+            if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                return _create_excl_fallback(path, data)  # no hard links here
+            if os.stat(tmp).st_nlink == 2:
+                return True
+            raise
+    finally:
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _create_excl_fallback(path: Path, data: bytes) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    return True
+
+
+def scope_name(kind: str, value: str) -> str:
+    """A safe directory name for ``kind``/``value`` (names may hold any character)."""
+    safe = quote(value, safe="-_.")
+    if len(safe) > 80:
+        safe = safe[:60] + "~" + hashlib.sha256(value.encode()).hexdigest()[:16]
+    return f"{kind}-{safe}"
+
+
+@dataclass(frozen=True)
+class Scope:
+    name: str  # directory name under slots/
+    limit: int
+
+
+@dataclass(frozen=True)
+class Lease:
+    path: Path
+    job_id: str
+    owner: str
+    host: str
+    age: float  # seconds since it was taken (by the file's mtime)
+
+
+# Is this lease still held by a job that needs it? (The watcher decides.)
+Validity = Callable[[Lease], bool]
+
+
+class SlotLeases:
+    def __init__(self, layout: Layout, owner: str, host: str) -> None:
+        self.base = layout.state_dir / SLOTS_DIR
+        self.owner = owner
+        self.host = host
+
+    def _dir(self, scope: str) -> Path:
+        return self.base / scope
+
+    def count(self, scope: str) -> int:
+        """Leases held in ``scope`` (one listing, no reads)."""
+        try:
+            with os.scandir(self._dir(scope)) as it:
+                return sum(1 for e in it if not e.name.startswith("."))
+        except FileNotFoundError:
+            return 0
+
+    def holders(self, scope: str, now: float) -> list[Lease]:
+        out: list[Lease] = []
+        folder = self._dir(scope)
+        try:
+            names = [n for n in os.listdir(folder) if not n.startswith(".")]
+        except FileNotFoundError:
+            return out
+        for name in sorted(names):
+            lease = _read(folder / name, now)
+            if lease is not None:
+                out.append(lease)
+        return out
+
+    def acquire(
+        self, job_id: str, scopes: Iterable[Scope], now: float, valid: Validity
+    ) -> list[Path] | None:
+        """Take one lease in every scope for ``job_id``, or none at all (None)."""
+        taken: list[Path] = []
+        for scope in scopes:
+            path = self._acquire_one(job_id, scope, now, valid)
+            if path is None:
+                self.release(taken)
+                return None
+            taken.append(path)
+        return taken
+
+    def _acquire_one(self, job_id: str, scope: Scope, now: float, valid: Validity) -> Path | None:
+        folder = self._dir(scope.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        held = self.holders(scope.name, now)
+        for lease in held:
+            if lease.job_id == job_id:
+                return lease.path  # already ours (a start retried after a crash)
+        data = json.dumps({"job": job_id, "owner": self.owner, "host": self.host}).encode()
+        for attempt in range(2):
+            used = {lease.path.name for lease in held}
+            for n in range(scope.limit):
+                if str(n) in used:
+                    continue
+                path = folder / str(n)
+                if create_exclusive(path, data):
+                    return path
+            if attempt == 0 and not self.sweep(scope.name, now, valid, held):
+                return None
+            held = self.holders(scope.name, now)
+        return None
+
+    def sweep(
+        self, scope: str, now: float, valid: Validity, held: list[Lease] | None = None
+    ) -> int:
+        """Reclaim the stale leases of ``scope``; how many."""
+        reclaimed = 0
+        for lease in held if held is not None else self.holders(scope, now):
+            if valid(lease):
+                continue
+            if _reclaim(lease):
+                reclaimed += 1
+                log.info("reclaimed a stale lease %s (job %s)", lease.path, lease.job_id)
+        return reclaimed
+
+    def release(self, paths: Iterable[Path]) -> None:
+        for path in paths:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
+    def release_job(self, job_id: str, scopes: Iterable[str], now: float) -> None:
+        """Drop every lease ``job_id`` holds in ``scopes`` (reads at most a limit's files)."""
+        for scope in scopes:
+            for lease in self.holders(scope, now):
+                if lease.job_id == job_id:
+                    _reclaim(lease)
+
+
+def _read(path: Path, now: float) -> Lease | None:
+    try:
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            raw = json.loads(fh.read() or b"{}")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        raw = {}
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+    if not isinstance(raw, dict):
+        raw = {}
+    return Lease(
+        path,
+        str(raw.get("job", "")),
+        str(raw.get("owner", "")),
+        str(raw.get("host", "")),
+        max(0.0, now - st.st_mtime),
+    )
+
+
+def _reclaim(lease: Lease) -> bool:
+    """Remove ``lease`` if it is still the one we judged; rename-first, so one reclaimer wins."""
+    aside = lease.path.with_name(f".{lease.path.name}.{secrets.token_hex(6)}.reclaim")
+    try:
+        os.rename(lease.path, aside)
+    except FileNotFoundError:
+        return False  # released, or another watcher reclaimed it
+    try:
+        now_holding = json.loads(aside.read_bytes() or b"{}").get("job")
+    except (OSError, ValueError, AttributeError):
+        now_holding = lease.job_id
+    if now_holding != lease.job_id:
+        # The slot was reclaimed and retaken between our read and our rename:
+        # put the new holder's lease back (link never overwrites).
+        try:
+            os.link(aside, lease.path)
+        except FileExistsError:
+            log.warning("lease %s was retaken twice at once; one slot may be overused", lease.path)
+        aside.unlink(missing_ok=True)
+        return False
+    aside.unlink(missing_ok=True)
+    return True

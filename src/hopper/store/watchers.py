@@ -1,0 +1,119 @@
+"""Watcher heartbeat files: ``<root>/.hopper/watchers/<host>--<pid>.json``.
+
+Each ``hopper run`` rewrites its file every ``heartbeat_interval`` (atomic
+replace, no fsync: a lost beat is the next one's job) with its host, pid,
+start time, boot id, version and counts, and removes it on a clean exit —
+unless it leaves jobs running (``on_stop = "detach"``), in which case the
+last beat says ``stopped`` and stays, so other hosts do not take those jobs
+over. Readers: the watchers themselves (core/hosts.py judges hosts dead),
+``hopper watchers``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from hopper import __version__
+from hopper.core.hosts import Beat
+from hopper.store.atomic import write_atomic
+from hopper.store.layout import Layout
+
+WATCHERS_DIR = "watchers"
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> str | None:
+    try:
+        return BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None
+
+
+def beat_path(layout: Layout, host: str, pid: int) -> Path:
+    return layout.state_dir / WATCHERS_DIR / f"{quote(host, safe='-_.')}--{pid}.json"
+
+
+def write_beat(
+    layout: Layout,
+    *,
+    host: str,
+    pid: int,
+    owner: str,
+    started: float,
+    running: int,
+    queued: int,
+    jobs: Iterable[str] = (),
+    stopped: bool = False,
+) -> Path:
+    path = beat_path(layout, host, pid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload: dict[str, Any] = {
+        "host": host,
+        "pid": pid,
+        "owner": owner,
+        "started_at": datetime.fromtimestamp(started, UTC).isoformat(),
+        "written_at": datetime.now(UTC).isoformat(),
+        "boot_id": boot_id(),
+        "version": __version__,
+        "running": running,
+        "queued": queued,
+        "jobs": sorted(jobs),
+        "stopped": stopped,
+    }
+    write_atomic(path, json.dumps(payload, indent=2).encode() + b"\n", durable=False)
+    return path
+
+
+def remove_beat(layout: Layout, host: str, pid: int) -> None:
+    beat_path(layout, host, pid).unlink(missing_ok=True)
+
+
+def read_beats(layout: Layout, now: float | None = None) -> list[Beat]:
+    """Every watcher's latest heartbeat (unreadable files skipped)."""
+    now = time.time() if now is None else now
+    folder = layout.state_dir / WATCHERS_DIR
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith(".")]
+    except FileNotFoundError:
+        return []
+    out: list[Beat] = []
+    for name in sorted(names):
+        raw = read_raw(folder / name)
+        if raw is None:
+            continue
+        out.append(
+            Beat(
+                host=str(raw.get("host", "")),
+                pid=int(raw.get("pid", 0)),
+                owner=str(raw.get("owner", "")),
+                age=max(0.0, now - float(raw["_mtime"])),
+                stopped=bool(raw.get("stopped", False)),
+                running=int(raw.get("running", 0)),
+                queued=int(raw.get("queued", 0)),
+                boot_id=raw.get("boot_id"),
+                version=raw.get("version"),
+                jobs=tuple(str(j) for j in raw.get("jobs", ())),
+            )
+        )
+    return out
+
+
+def read_raw(path: Path) -> dict[str, Any] | None:
+    """The file's JSON plus ``_mtime``; None if gone or torn."""
+    try:
+        with open(path, "rb") as fh:
+            mtime = os.fstat(fh.fileno()).st_mtime
+            raw = json.loads(fh.read())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(raw, dict):
+        return None
+    raw["_mtime"] = mtime
+    return raw

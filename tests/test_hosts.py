@@ -1,0 +1,168 @@
+"""Scale-out units: host death (core/hosts.py), dead-host recovery decisions,
+global schedule counts, exclusive creation, slot leases and takeover markers."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from hopper.core.hosts import Beat, HostView, host_dead, pulse_stale
+from hopper.core.record import ExitStatus, JobRecord
+from hopper.core.recovery import Action, RunSnapshot, decide
+from hopper.core.schedule import Elsewhere, Limits, Pause, schedule
+from hopper.core.states import JobState
+from hopper.store.layout import Layout
+from hopper.store.leases import Lease, Scope, SlotLeases, create_exclusive, scope_name
+from hopper.store.takeover import effective_owner, try_take
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def beat(host: str, age: float, *, pid: int = 1, stopped: bool = False) -> Beat:
+    return Beat(host=host, pid=pid, owner=f"{host}:{pid}:1.0", age=age, stopped=stopped)
+
+
+def record(state: JobState, n: int = 0, **kw: object) -> JobRecord:
+    return JobRecord(
+        id=f"20260101-000000-{n:03d}-x-abcd",
+        name=f"x{n}",
+        state=state,
+        agent="bash",
+        host="a",
+        owner="a:1:1.0",
+        inbox_path="inbox/x.prompt.md",
+        created_at=NOW,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+# -- which hosts are dead ---------------------------------------------------------
+def test_a_host_is_dead_when_every_heartbeat_is_stale() -> None:
+    assert not host_dead("a", [beat("a", 1.0)], 60, 1000)
+    assert host_dead("a", [beat("a", 61.0)], 60, 1000)
+    assert not host_dead("a", [beat("a", 61.0), beat("a", 2.0, pid=2)], 60, 1000)
+
+
+def test_a_detached_watcher_keeps_its_host_alive() -> None:
+    assert not host_dead("a", [beat("a", 9999.0, stopped=True)], 60, 1000)
+
+
+def test_a_host_without_heartbeats_is_dead_only_after_watching_long_enough() -> None:
+    assert not host_dead("a", [beat("b", 0.0)], 60, 10)
+    assert host_dead("a", [beat("b", 0.0)], 60, 60)
+
+
+def test_pulse() -> None:
+    assert pulse_stale(None, 60) and pulse_stale(60.0, 60) and not pulse_stale(59.0, 60)
+
+
+def test_host_view() -> None:
+    view = HostView((beat("a", 100.0), beat("b", 1.0)), 60, 1000)
+    assert view.dead_hosts("c") == {"a"}
+    assert view.owner_alive("b:1:1.0") and not view.owner_alive("a:1:1.0")
+
+
+# -- recovery of another host's jobs ------------------------------------------------
+FOREIGN = RunSnapshot(
+    record=record(JobState.RUNNING),
+    corrupt=False,
+    has_prompt=True,
+    exit=None,
+    dir_age=1.0,
+    owner_alive=False,
+    same_host=False,
+    supervisor_alive=False,
+)
+
+
+def test_another_live_hosts_job_is_never_touched() -> None:
+    assert decide(replace(FOREIGN, pulse_stale=True)) is Action.NOT_MINE
+    assert decide(replace(FOREIGN, host_dead=True, owner_alive=True)) is Action.NOT_MINE
+
+
+def test_a_dead_hosts_job_is_lost_only_once_its_pulse_stops() -> None:
+    dead = replace(FOREIGN, host_dead=True)
+    assert decide(dead) is Action.NOT_MINE  # its supervisor still writes: wait
+    assert decide(replace(dead, pulse_stale=True)) is Action.LOST
+    assert decide(replace(dead, supervisor_alive=True, pulse_stale=True)) is Action.LOST
+
+
+def test_a_dead_hosts_queued_finished_and_claimed_jobs_are_taken() -> None:
+    dead = replace(FOREIGN, host_dead=True)
+    assert decide(replace(dead, record=record(JobState.QUEUED))) is Action.TAKE_QUEUED
+    done = ExitStatus(started=True, exit_code=0, finished_at=NOW)
+    assert decide(replace(dead, exit=done)) is Action.FINISH
+    assert decide(replace(dead, record=None)) is Action.COMPLETE_CLAIM
+
+
+# -- global counts in the scheduler -------------------------------------------------
+def test_slots_held_elsewhere_count_against_the_limits() -> None:
+    queued = [record(JobState.QUEUED, n) for n in range(3)]
+    limits = Limits(max_parallel=3)
+    common = dict(pause=Pause(), known=[], now=NOW, dependency_timeout=60.0)
+    assert len(schedule(queued, [], limits, **common).start) == 3  # type: ignore[arg-type]
+    held = schedule(queued, [], limits, elsewhere=Elsewhere(total=2), **common)  # type: ignore[arg-type]
+    assert len(held.start) == 1
+    s = [record(JobState.QUEUED, 5, session="s")]
+    busy = schedule(s, [], limits, elsewhere=Elsewhere(sessions=frozenset({"s"})), **common)  # type: ignore[arg-type]
+    assert busy.start == []
+
+
+# -- exclusive creation, leases, takeover -------------------------------------------
+def test_create_exclusive_has_one_winner(tmp_path: Path) -> None:
+    target = tmp_path / "lease"
+    wins: list[int] = []
+
+    def race(i: int) -> None:
+        if create_exclusive(target, str(i).encode()):
+            wins.append(i)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(wins) == 1
+    assert target.read_text() == str(wins[0])
+    assert [p.name for p in tmp_path.iterdir()] == ["lease"]  # no temporary left
+
+
+def test_slot_leases_acquire_sweep_release(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    a = SlotLeases(layout, "h:1:1.0", "h")
+    scope = Scope("all", 2)
+    always: list[Lease] = []
+
+    def keep(lease: Lease) -> bool:
+        always.append(lease)
+        return True
+
+    assert a.acquire("j1", [scope], 0.0, keep) is not None
+    assert a.acquire("j1", [scope], 0.0, keep) is not None  # idempotent per job
+    assert a.acquire("j2", [scope], 0.0, keep) is not None
+    assert a.count("all") == 2
+    assert a.acquire("j3", [scope], 0.0, keep) is None  # full, nothing stale
+    assert a.acquire("j3", [scope], 0.0, lambda lease: lease.job_id != "j1") is not None
+    assert a.count("all") == 2
+    a.release_job("j2", ["all"], 0.0)
+    assert sorted(lease.job_id for lease in a.holders("all", 0.0)) == ["j3"]
+
+
+def test_a_lease_in_every_scope_or_none(tmp_path: Path) -> None:
+    leases = SlotLeases(Layout(tmp_path), "h:1:1.0", "h")
+    busy = scope_name("session", "s/1")
+    assert leases.acquire("j1", [Scope(busy, 1)], 0.0, lambda _: True)
+    assert leases.acquire("j2", [Scope("all", 4), Scope(busy, 1)], 0.0, lambda _: True) is None
+    assert leases.count("all") == 0
+
+
+def test_takeover_is_won_once_and_chains_past_a_dead_taker(tmp_path: Path) -> None:
+    assert effective_owner(tmp_path, "a:1:1") == ("a:1:1", "a:1:1")
+    assert try_take(tmp_path, "a:1:1", "b:2:2")
+    assert not try_take(tmp_path, "a:1:1", "c:3:3")
+    current, chain = effective_owner(tmp_path, "a:1:1")
+    assert current == "b:2:2"
+    assert try_take(tmp_path, chain, "c:3:3")  # b died mid-takeover: c takes it from b
+    assert effective_owner(tmp_path, "a:1:1")[0] == "c:3:3"
