@@ -260,11 +260,15 @@ class Runner:
         return status
 
     def _poll_one(self, job: Running) -> None:
-        status = self._own_exit(job)
-        if status is not None:
-            self.finish(job, status)
-            return
-        if not job.stop_sent and (job.run_dir / ABORT_FILE).exists():
+        # A supervisor that is our child writes exit.json and then exits, so
+        # its exit (SIGCHLD, Popen.poll) is the cheap signal to look; only an
+        # adopted one (not our child) needs exit.json read on every tick.
+        if job.supervisor is None:
+            status = self._own_exit(job)
+            if status is not None:
+                self.finish(job, status)
+                return
+        if not job.stop_sent and os.path.exists(os.path.join(job.run_dir, ABORT_FILE)):
             self.request_stop(job, Reason.ABORTED)
         if self._supervisor_gone(job):
             status = self._own_exit(job)  # it may have written just before exiting
