@@ -50,6 +50,8 @@ from hopper.workspace import WorkspaceFailed
 
 log = logging.getLogger(__name__)
 
+SWEEP_INTERVAL = 0.5  # seconds between checks of ABORT markers and adopted supervisors
+
 # The service manager's variables are for the watcher, not its jobs: a job that
 # inherited NOTIFY_SOCKET could report READY or ping the watchdog in our name.
 SERVICE_ONLY_ENV = frozenset(
@@ -89,6 +91,8 @@ class Runner:
     running: dict[str, Running] = field(default_factory=dict)
     _reap: list[subprocess.Popen[bytes]] = field(default_factory=list)
     pool: spawn.SupervisorPool | None = None  # warm supervisors, owned by the watcher
+    child_exited: bool = True  # set by the watcher's SIGCHLD handler
+    _next_sweep: float = 0.0
     requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler
     io_errors: int = 0  # failed writes since start (disk full …), for status reports
     slurm: SlurmJobs = field(init=False)  # executor = "slurm": submit, poll, cancel
@@ -231,7 +235,20 @@ class Runner:
 
     # -- monitor ----------------------------------------------------------------
     def poll(self) -> None:
-        """One pass over every running job."""
+        """One pass over every running job.
+
+        Cheap by design, because it runs every tick for every job: a
+        supervisor that is our child is looked at only after a SIGCHLD
+        (``child_exited``); ABORT markers and adopted supervisors (not our
+        children) are checked on a sweep every SWEEP_INTERVAL (or poll_interval
+        if longer), which keeps "touch ABORT" well within a second.
+        """
+        mono = self.clock.monotonic()
+        sweep = mono >= self._next_sweep
+        if sweep:
+            self._next_sweep = mono + max(SWEEP_INTERVAL, self.config.poll_interval)
+        children = self.child_exited or sweep
+        self.child_exited = False
         slurm_jobs = [j for j in self.running.values() if j.record.slurm_job_id is not None]
         if slurm_jobs:
             self.slurm.poll(slurm_jobs)  # one squeue for all of them
@@ -240,7 +257,7 @@ class Runner:
             if job.record.slurm_job_id is not None:
                 continue
             try:
-                self._poll_one(job)
+                self._poll_one(job, sweep=sweep, children=children)
             except OSError as exc:
                 # ENOSPC, EIO …: keep the job and try again next tick; the
                 # supervisor's exit.json is already durable, so nothing is lost.
@@ -259,18 +276,19 @@ class Runner:
             return None
         return status
 
-    def _poll_one(self, job: Running) -> None:
+    def _poll_one(self, job: Running, *, sweep: bool = True, children: bool = True) -> None:
         # A supervisor that is our child writes exit.json and then exits, so
         # its exit (SIGCHLD, Popen.poll) is the cheap signal to look; only an
-        # adopted one (not our child) needs exit.json read on every tick.
-        if job.supervisor is None:
+        # adopted one (not our child) needs exit.json read, on each sweep.
+        if job.supervisor is None and sweep:
             status = self._own_exit(job)
             if status is not None:
                 self.finish(job, status)
                 return
-        if not job.stop_sent and os.path.exists(os.path.join(job.run_dir, ABORT_FILE)):
+        if sweep and not job.stop_sent and os.path.exists(os.path.join(job.run_dir, ABORT_FILE)):
             self.request_stop(job, Reason.ABORTED)
-        if self._supervisor_gone(job):
+        look = children if job.supervisor is not None else sweep
+        if look and self._supervisor_gone(job):
             status = self._own_exit(job)  # it may have written just before exiting
             if status is not None:
                 self.finish(job, status)

@@ -193,7 +193,7 @@ class Watcher:
             self.flags.reload = True
 
         def on_child(signum: int, frame: FrameType | None) -> None:
-            pass  # the wakeup fd does the work
+            self.runner.child_exited = True  # the wakeup fd wakes the loop
 
         handled = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP)
         previous: dict[int, Any] = {s: signal.getsignal(s) for s in handled}
