@@ -50,7 +50,9 @@ def test_memory_limit_ends_the_tree(layout: Layout, hopper) -> None:
     assert record.memory_max_bytes == 100 * M
     assert record.duration_seconds is not None and record.duration_seconds < 10
     assert "memory_max" in (record.detail or "")
-    assert record.resources is not None and record.resources.peak_rss_bytes > 250 * M
+    # The sample that fired may catch the 300 MiB allocation half-way: what is
+    # certain is that the recorded peak is past the limit that fired.
+    assert record.resources is not None and record.resources.peak_rss_bytes > 100 * M
     assert not _alive(int(pids.read_text()))
     exceeded = [e for e in read_events(run_dir) if e["event"] == "limit_exceeded"]
     assert len(exceeded) == 1
