@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import psutil
 import pytest
 
 from hopper.store.layout import Layout
+from waiting import poll_until
 
 FAST_CONFIG = """\
 default_agent = "bash"
@@ -28,11 +28,7 @@ retry_backoff = "0.1s"
 
 def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
     """Wait for something observable, with a deadline (never a bare sleep)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(0.02)
+    poll_until(predicate, timeout, what or repr(predicate))
 
 
 def drop(layout: Layout, name: str, text: str | bytes, sub: str = "") -> Path:
@@ -155,11 +151,8 @@ def _no_leaked_processes(tmp_path: Path) -> Iterator[None]:
                 continue
         return out
 
-    deadline = time.monotonic() + 10
-    left = leaked()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = leaked()
+    # Jobs still winding down get 10 s to exit (waited on, not polled by us).
+    _, left = psutil.wait_procs(leaked(), timeout=10)
     for proc in left:
         try:
             proc.kill()

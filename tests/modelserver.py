@@ -228,6 +228,7 @@ class ModelServer:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._ids = itertools.count(1)
+        self.deltas_sent = 0  # streamed text/tool deltas written to clients so far
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -288,6 +289,16 @@ class ModelServer:
                     return False
                 self._cond.wait(left)
         return True
+
+    def wait_for_deltas(self, n: int, timeout: float = 10.0) -> bool:
+        """Block until ``n`` stream deltas have been written to clients."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.deltas_sent >= n, timeout)
+
+    def _delta_sent(self) -> None:
+        with self._cond:
+            self.deltas_sent += 1
+            self._cond.notify_all()
 
     def _next_turn(self) -> Turn:
         if not self._queue:
@@ -352,6 +363,8 @@ class _Handler(BaseHTTPRequestHandler):
         if delay:
             time.sleep(delay)
         self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+        if name.endswith("delta") and name != "message_delta":
+            self.srv._delta_sent()
         self.wfile.flush()
 
     def _record(self, body: Any, consume: bool) -> Turn | None:

@@ -38,11 +38,13 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from waiting import WaitTimeout, poll_until
 
 DAEMONS = ("slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo")
@@ -266,22 +268,26 @@ def _start(cluster: SlurmCluster, name: str, argv: list[str]) -> None:
 
 
 def _wait(
-    cluster: SlurmCluster, what: str, ready: object, timeout: float, interval: float = 0.1
+    cluster: SlurmCluster,
+    what: str,
+    ready: Callable[[], object],
+    timeout: float,
+    interval: float = 0.1,
 ) -> None:
-    assert callable(ready)
-    deadline = time.monotonic() + timeout
-    while not ready():
+    """Wait until ``ready()``; fail at once (with the daemons' logs) if one of them dies."""
+
+    def daemons_alive() -> None:
         for name, proc in cluster.procs.items():
             if proc.poll() is not None:
                 raise SlurmClusterError(
                     f"{name} exited with {proc.returncode} while waiting for {what}\n"
                     + cluster.logs()
                 )
-        if time.monotonic() > deadline:
-            raise SlurmClusterError(
-                f"timed out after {timeout}s waiting for {what}\n" + cluster.logs()
-            )
-        time.sleep(interval)
+
+    try:
+        poll_until(ready, timeout, what, interval=interval, check=daemons_alive)
+    except WaitTimeout as exc:
+        raise SlurmClusterError(f"{exc}\n{cluster.logs()}") from None
 
 
 def _start_munge(cluster: SlurmCluster) -> Path:
@@ -363,9 +369,10 @@ def _teardown(cluster: SlurmCluster) -> None:
         ids = cluster.job_ids()
         if ids:
             cluster.run("scancel", "--quiet", *ids, check=False, timeout=10)
-            deadline = time.monotonic() + 15
-            while cluster.job_ids() and time.monotonic() < deadline:
-                time.sleep(0.1)
+            try:
+                poll_until(lambda: not cluster.job_ids(), 15, "cancelled jobs", interval=0.1)
+            except WaitTimeout:
+                pass  # the daemons are stopped next, which ends what is left
     # slurmd first (it owns the steps), then the controller, munged last
     for name in ("slurmd", "slurmctld", "munged"):
         proc = cluster.procs.get(name)

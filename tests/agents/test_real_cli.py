@@ -217,7 +217,8 @@ def test_claude_sigint_mid_stream(
     )
     try:
         assert srv.wait_for_requests(1, timeout=TIMEOUT)
-        time.sleep(1.3)  # first delta has arrived, the rest is still streaming
+        # The first text delta is on the wire; the rest comes a second apart.
+        assert srv.wait_for_deltas(1, timeout=TIMEOUT)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=TIMEOUT)
     finally:
@@ -232,8 +233,8 @@ def test_claude_sigint_mid_stream(
     assert result["terminal_reason"] == "aborted_streaming"
     interrupted = [e for e in events if e["type"] == "user"]
     assert "[Request interrupted by user]" in json.dumps(interrupted)
-    # When a delta had arrived before the signal (the usual case here, 1.3 s into
-    # a stream with 1 s between chunks), the partial message is printed with
+    # When the CLI had read the first delta before the signal (the usual case:
+    # it was on the wire, the next is 1 s away), the partial message is printed with
     # "aborted": true; before the first delta nothing of the reply is printed.
     for e in events:
         if e["type"] == "assistant":

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from slurm_cluster import SlurmCluster, free_port, slurm_cluster  # noqa: E402
+from waiting import WaitTimeout, poll_until  # noqa: E402
 
 DATA = HERE.parent / "data" / "slurm"
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
@@ -35,13 +35,15 @@ def state_of(cluster: SlurmCluster, job: str) -> str:
 
 
 def wait_state(cluster: SlurmCluster, job: str, states: tuple[str, ...], timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        state = state_of(cluster, job)
-        if state in states:
-            return state
-        time.sleep(0.2)
-    raise SystemExit(f"job {job} never reached {states} (now {state_of(cluster, job)})")
+    try:
+        return poll_until(
+            lambda: (s := state_of(cluster, job)) in states and s,
+            timeout,
+            f"job {job} to reach {states}",
+            interval=0.2,
+        )
+    except WaitTimeout as exc:
+        raise SystemExit(f"{exc} (now {state_of(cluster, job)})") from None
 
 
 def submit(cluster: SlurmCluster, name: str, work: Path, *extra: str, wrap: str) -> str:
@@ -116,9 +118,7 @@ def main() -> None:
             "scontrol", "update", "NodeName=localhost", "State=RESUME", check=False
         )
         print("resume:", resume.returncode, resume.stderr.strip(), cluster.node_state())
-        deadline = time.monotonic() + 30
-        while cluster.node_state() != "idle" and time.monotonic() < deadline:
-            time.sleep(0.2)
+        poll_until(lambda: cluster.node_state() == "idle", 30, "the node to resume", interval=0.2)
         if slow:
             jobs["timeout"] = submit(cluster, "timeout", work, "--time=1", wrap="sleep 300")
             wait_state(cluster, jobs["timeout"], ("TIMEOUT",), 240)
