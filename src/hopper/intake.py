@@ -13,6 +13,7 @@ import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from hopper.agents.base import Agent
@@ -24,7 +25,7 @@ from hopper.core import routing
 from hopper.core.jobid import prompt_stem
 from hopper.core.prompt import BadPrompt, PromptSpec
 from hopper.core.record import JobHooks, JobRecord
-from hopper.core.states import JobState, Reason, state_for
+from hopper.core.states import JobState, Reason, check_transition, state_for
 from hopper.executors.slurm_runner import slurm_request
 from hopper.faults import crash_point
 from hopper.store.claim import Claimed, claim, read_claim
@@ -224,20 +225,45 @@ class Intake:
     def reject(self, run_dir: Path, record: JobRecord, reason: Reason, detail: str) -> JobRecord:
         """End a job that cannot run: terminal record, prompt filed under processed/."""
         now = self.clock.now()
+        append_event(run_dir, "rejected", now, reason=reason, detail=detail)
+        return self.file_terminal(run_dir, record, reason, detail, now, {"finished_at": now})
+
+    def file_terminal(
+        self,
+        run_dir: Path,
+        record: JobRecord,
+        reason: Reason,
+        detail: str,
+        now: datetime,
+        fields: dict[str, object],
+    ) -> JobRecord:
+        """The one way a job ends: terminal job.json, prompt into processed/, then hooks.
+
+        ``fields`` adds what the caller knows (exit code, times). Used for jobs
+        that never ran (``reject``) and for jobs that did (``Runner``).
+        """
         final = record.model_copy(
             update={
                 "state": state_for(reason),
                 "reason": reason,
                 "detail": detail,
-                "finished_at": now,
                 "processed_path": self.layout.relative(
                     self.layout.processed_path(record.inbox_path, record.id)
                 ),
+                **fields,
             }
         )
-        append_event(run_dir, "rejected", now, reason=reason, detail=detail)
+        check_transition(record.state, final.state)
         finalize(self.layout, run_dir, final, now)
-        log.warning("job=%s state=%s reason=%s detail=%s", final.id, final.state, reason, detail)
+        log.log(
+            logging.INFO if record.state is JobState.RUNNING else logging.WARNING,
+            "job=%s state=%s->%s reason=%s detail=%s",
+            record.id,
+            record.state,
+            final.state,
+            reason,
+            detail,
+        )
         if self.on_final is not None:
             self.on_final(final, run_dir)
         return final

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from hopper import workspace
@@ -26,7 +26,7 @@ from hopper.core.outcome import classify
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.retry import backoff, should_retry
-from hopper.core.states import JobState, Reason, check_transition, state_for
+from hopper.core.states import JobState, Reason, check_transition
 from hopper.core.templates import template_values
 from hopper.executors.slurm import EXIT_STATUS_FILE as SLURM_EXIT_FILE
 from hopper.executors.slurm_runner import SlurmJobs
@@ -34,7 +34,6 @@ from hopper.faults import crash_point
 from hopper.intake import Intake, read_prompt
 from hopper.proc import identity, spawn
 from hopper.store.atomic import write_atomic
-from hopper.store.finalize import finalize
 from hopper.store.jobfile import (
     ABORT_FILE,
     EXIT_FILE,
@@ -49,6 +48,16 @@ from hopper.store.layout import Layout
 from hopper.workspace import WorkspaceFailed
 
 log = logging.getLogger(__name__)
+
+# What a job back in the queue must not carry over from a start: the processes
+# (or Slurm job) of the attempt that is over.
+NOT_STARTED: dict[str, object] = {
+    "pid": None,
+    "pid_start_time": None,
+    "supervisor_pid": None,
+    "supervisor_start_time": None,
+    "slurm_job_id": None,
+}
 
 SWEEP_INTERVAL = 0.5  # seconds between checks of ABORT markers and adopted supervisors
 
@@ -147,20 +156,15 @@ class Runner:
             return
         crash_point("start.after_spawn")
         now = self.clock.now()
-        check_transition(record.state, JobState.RUNNING)  # QUEUED -> RUNNING
-        running = record.model_copy(
-            update={
-                "state": JobState.RUNNING,
-                "pid": pid,
-                "pid_start_time": identity.start_time(pid),
-                "supervisor_pid": proc.pid,
-                "supervisor_start_time": identity.start_time(proc.pid),
-                "started_at": now,
-                "heartbeat_at": now,
-                "workdir": str(workdir),
-                "owner": self.intake.ident.owner,
-                "host": self.intake.ident.host,  # a retry taken over from a dead host runs here
-            }
+        running = self.running_record(
+            record,
+            workdir,
+            now,
+            pid=pid,
+            pid_start_time=identity.start_time(pid),
+            supervisor_pid=proc.pid,
+            supervisor_start_time=identity.start_time(proc.pid),
+            host=self.intake.ident.host,  # a retry taken over from a dead host runs here
         )
         write_record(run_dir, running)
         crash_point("start.after_record")
@@ -178,6 +182,22 @@ class Runner:
             running, run_dir, proc, self.clock.monotonic() + self.config.heartbeat_interval
         )
         log.info("job=%s state=queued->running pid=%s", record.id, pid)
+
+    def running_record(
+        self, record: JobRecord, workdir: Path, now: datetime, **fields: object
+    ) -> JobRecord:
+        """``record`` as it starts running under this watcher; ``fields`` say on what."""
+        check_transition(record.state, JobState.RUNNING)  # QUEUED -> RUNNING
+        return record.model_copy(
+            update={
+                "state": JobState.RUNNING,
+                "started_at": now,
+                "heartbeat_at": now,
+                "workdir": str(workdir),
+                "owner": self.intake.ident.owner,
+                **fields,
+            }
+        )
 
     def _prepare(self, record: JobRecord, run_dir: Path) -> tuple[Preparation, Path]:
         spec = prompts.parse(read_prompt(run_dir / PROMPT_FILE, self.config.max_prompt_bytes))
@@ -399,25 +419,13 @@ class Runner:
             return
         finished = status.finished_at if status is not None else now
         started = record.started_at
-        final = record.model_copy(
-            update={
-                "state": state_for(reason),
-                "reason": reason,
-                "detail": detail,
-                "exit_code": status.exit_code if status else None,
-                "signal": status.signal if status else None,
-                "finished_at": finished,
-                "duration_seconds": (finished - started).total_seconds() if started else None,
-                "processed_path": self.layout.relative(
-                    self.layout.processed_path(record.inbox_path, record.id)
-                ),
-            }
-        )
-        check_transition(record.state, final.state)
-        finalize(self.layout, run_dir, final, now)
-        log.info("job=%s state=%s->%s reason=%s", record.id, record.state, final.state, reason)
-        if self.intake.on_final is not None:
-            self.intake.on_final(final, run_dir)
+        fields: dict[str, object] = {
+            "exit_code": status.exit_code if status else None,
+            "signal": status.signal if status else None,
+            "finished_at": finished,
+            "duration_seconds": (finished - started).total_seconds() if started else None,
+        }
+        self.intake.file_terminal(run_dir, record, reason, detail, now, fields)
 
     def _retry(
         self,
@@ -443,11 +451,7 @@ class Runner:
                 "attempt": n + 1,
                 "not_before": now + timedelta(seconds=delay),
                 "detail": f"attempt {n} {reason}: {detail}; retrying in {delay:g}s",
-                "pid": None,
-                "pid_start_time": None,
-                "supervisor_pid": None,
-                "supervisor_start_time": None,
-                "slurm_job_id": None,
+                **NOT_STARTED,
                 "stop_requested": None,
                 "exit_code": status.exit_code if status else None,
                 "signal": status.signal if status else None,
@@ -473,11 +477,7 @@ class Runner:
         queued = record.model_copy(
             update={
                 "state": JobState.QUEUED,
-                "pid": None,
-                "pid_start_time": None,
-                "supervisor_pid": None,
-                "supervisor_start_time": None,
-                "slurm_job_id": None,
+                **NOT_STARTED,
                 "started_at": None,
                 "owner": self.intake.ident.owner,
             }

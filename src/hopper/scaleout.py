@@ -90,16 +90,7 @@ class ScaleOut:
         if not force and mono < self._next_beat:
             return False
         self._next_beat = mono + self.config.heartbeat_interval
-        write_beat(
-            self.layout,
-            host=self.ident.host,
-            pid=self.pid,
-            owner=self.ident.owner,
-            started=self.started,
-            running=len(running),
-            queued=queued,
-            jobs=running,
-        )
+        self._write_beat(len(running), queued, jobs=running)
         self.beats = tuple(read_beats(self.layout, self.clock.time()))
         dead = self.view().dead_hosts(self.ident.host)
         newly = dead - self._dead
@@ -121,18 +112,24 @@ class ScaleOut:
     def close(self, running_left: int) -> None:
         """A clean exit: remove our heartbeat, or mark it stopped if jobs keep running."""
         if running_left:
-            write_beat(
-                self.layout,
-                host=self.ident.host,
-                pid=self.pid,
-                owner=self.ident.owner,
-                started=self.started,
-                running=running_left,
-                queued=0,
-                stopped=True,
-            )
+            self._write_beat(running_left, 0, stopped=True)
         else:
             remove_beat(self.layout, self.ident.host, self.pid)
+
+    def _write_beat(
+        self, running: int, queued: int, *, jobs: Collection[str] = (), stopped: bool = False
+    ) -> None:
+        write_beat(
+            self.layout,
+            host=self.ident.host,
+            pid=self.pid,
+            owner=self.ident.owner,
+            started=self.started,
+            running=running,
+            queued=queued,
+            jobs=jobs,
+            stopped=stopped,
+        )
 
     def my_beat(self) -> Path:
         return beat_path(self.layout, self.ident.host, self.pid)

@@ -43,7 +43,7 @@ from hopper.runner import Runner
 from hopper.scaleout import ScaleOut
 from hopper.sdnotify import Notifier
 from hopper.store.claim import ClaimFailed
-from hopper.store.inbox import Candidate, in_scope, is_settled, scan
+from hopper.store.inbox import Candidate, candidate, in_scope, is_settled, scan
 from hopper.store.inbox_events import InboxEvents, InboxObserver
 from hopper.store.jobfile import ABORT_FILE, append_event, read_record, write_record
 from hopper.store.known import KnownJobs
@@ -276,14 +276,15 @@ class Watcher:
             self._rescan(full=rescan or mono >= self._next_rescan)
 
     def _rescan(self, *, full: bool) -> None:
+        """Claim what is complete: the whole inbox, or (``full=False``) just the
+        prompts still being written, looked up one by one rather than walked."""
         if full:
             self._next_rescan = self.clock.monotonic() + self.config.rescan_interval
             candidates = list(scan(self.layout.inbox))
+            self._skipped &= {c.path for c in candidates}  # forget the ones that went away
         else:
-            candidates = [c for c in scan(self.layout.inbox) if c.path in self._waiting]
-        live = {c.path for c in candidates}
-        self._waiting &= live
-        self._skipped &= live
+            candidates = [c for p in sorted(self._waiting) if (c := candidate(p)) is not None]
+        self._waiting &= {c.path for c in candidates}
         fresh = [c for c in candidates if c.path not in self._skipped]
         writers = self._writers(fresh)
         now = self.clock.time()

@@ -43,7 +43,7 @@ from hopper.core.slurm_parse import (
     settle,
     states_for,
 )
-from hopper.core.states import JobState, Reason, check_transition
+from hopper.core.states import Reason
 from hopper.executors.slurm import (
     ACTIVE_HELD_REASON,
     EXIT_STATUS_FILE,
@@ -217,17 +217,7 @@ class SlurmJobs:
             return
         crash_point("slurm.after_submit")
         now = r.clock.now()
-        check_transition(record.state, JobState.RUNNING)  # QUEUED -> RUNNING
-        running = record.model_copy(
-            update={
-                "state": JobState.RUNNING,
-                "slurm_job_id": slurm_id,
-                "started_at": now,
-                "heartbeat_at": now,
-                "workdir": str(workdir),
-                "owner": r.intake.ident.owner,
-            }
-        )
+        running = r.running_record(record, workdir, now, slurm_job_id=slurm_id)
         write_record(run_dir, running)
         crash_point("slurm.after_record")
         append_event(

@@ -62,6 +62,17 @@ def scan(inbox: Path) -> Iterator[Candidate]:
                 yield Candidate(Path(entry.path), st.st_mode, st.st_size, st.st_mtime)
 
 
+def candidate(path: Path) -> Candidate | None:
+    """``path`` as :func:`scan` would report it, or None if it is gone or a directory."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return None
+    return Candidate(path, st.st_mode, st.st_size, st.st_mtime)
+
+
 def in_scope(inbox: Path, path: Path) -> bool:
     """Would :func:`scan` find ``path``? (No dot-folder on the way, at most MAX_DEPTH deep.)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -94,15 +95,11 @@ def read_events(run_dir: Path) -> list[dict[str, Any]]:
 def iter_run_dirs(runs: Path) -> Iterator[Path]:
     """Run directories, oldest id first; temporary and hidden names skipped."""
     try:
-        names = sorted(e.name for e in _scandir(runs) if not e.name.startswith("."))
+        with os.scandir(runs) as it:
+            names = sorted(
+                e.name for e in it if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
+            )
     except FileNotFoundError:
         return
     for name in names:
         yield runs / name
-
-
-def _scandir(path: Path) -> list[Any]:
-    import os
-
-    with os.scandir(path) as it:
-        return [e for e in it if e.is_dir(follow_symlinks=False)]
