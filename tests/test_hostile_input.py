@@ -544,3 +544,31 @@ def test_hidden_folder_is_not_picked_up_by_a_live_watcher(layout: Layout, watche
     assert hidden.exists()
     assert [r for r in job_records(layout) if r.name == "secret"] == []
     assert proc.poll() is None
+
+
+def test_unclaimable_prompt_is_logged_once(layout: Layout, watchers, tmp_path: Path) -> None:
+    """A prompt on another filesystem (rename fails with EXDEV) is skipped and
+    logged once, across full rescans and the partial rescans a prompt still
+    being written triggers on every turn."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root)")
+    mount = layout.inbox / "elsewhere"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], check=True)
+    log = tmp_path / "watcher.log"
+    try:
+        (mount / "stuck.prompt.md").write_text('+++\nagent = "bash"\n+++\ntrue\n')
+        watchers.start(stderr=log)
+        wait_for(lambda: "skipping" in log.read_text(), what="the skip to be logged")
+        with open(layout.inbox / "slow.prompt.md", "w") as f:  # held open: partial rescans
+            f.write('+++\nagent = "bash"\n+++\n')
+            f.flush()
+            # Several full rescans (rescan_interval 0.5 s) must pass: this is about time.
+            time.sleep(1.6)
+            f.write("true\n")
+        wait_for(lambda: finished(layout, "slow"), what="the slow prompt to run")
+        assert log.read_text().count("skipping") == 1
+        assert (mount / "stuck.prompt.md").exists()
+    finally:
+        watchers.stop_all()
+        subprocess.run(["umount", "-l", str(mount)], check=False)
