@@ -205,6 +205,7 @@ class Intake:
                 "priority": routing.first(opts.priority, route.priority) or 0,
                 "group": routing.first(opts.group, routed(route.group), routing.group_of(folders)),
                 "after": list(opts.after),
+                "retry_of": opts.retry_of,
                 "workspace": workspace,
                 "repo": workdir if worktree else None,
                 "ref": routing.first(opts.ref, routed(route.ref)) if worktree else None,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from hopper.config import Config, load_config
 from hopper.core.record import JobRecord
-from hopper.errors import HopperError, JobFileCorrupt, JobNotFound
-from hopper.store.jobfile import iter_run_dirs, read_record
+from hopper.errors import HopperError, JobFileCorrupt
+from hopper.store import lookup
 from hopper.store.layout import Layout, resolve_root
 
 EXIT_OK = 0
@@ -36,40 +36,16 @@ def context(args: argparse.Namespace) -> tuple[Layout, Config]:
 
 
 def all_records(layout: Layout) -> list[JobRecord]:
-    records = []
-    for run_dir in iter_run_dirs(layout.runs):
-        try:
-            records.append(read_record(run_dir))
-        except FileNotFoundError:
-            continue  # a claim in progress
-        except JobFileCorrupt as exc:
-            warn(str(exc))
-    return records
+    return lookup.read_all(layout, on_corrupt=_warn_corrupt)
 
 
 def find_job(layout: Layout, ref: str) -> JobRecord:
-    """An exact id, a unique id prefix, or a name (its newest job)."""
-    if "/" not in ref and not ref.startswith("."):
-        try:
-            return read_record(layout.run_dir(ref))
-        except FileNotFoundError:
-            pass
-    records = all_records(layout)
-    by_prefix = [r for r in records if r.id.startswith(ref)]
-    if len(by_prefix) == 1:
-        return by_prefix[0]
-    if len(by_prefix) > 1:
-        raise JobNotFound(
-            f"{ref!r} matches {len(by_prefix)} jobs",
-            hint="give more of the id: " + ", ".join(r.id for r in by_prefix[:5]),
-        )
-    by_name = [r for r in records if r.name == ref]
-    if by_name:
-        return by_name[-1]
-    raise JobNotFound(
-        f"no job with id, id prefix or name {ref!r} under {layout.runs}",
-        hint="hopper status lists the jobs",
-    )
+    """An exact id, a unique id prefix, or a name (its newest job); any letter case."""
+    return lookup.find_job(layout, ref, on_corrupt=_warn_corrupt)
+
+
+def _warn_corrupt(exc: JobFileCorrupt) -> None:
+    warn(str(exc))
 
 
 def warn(message: str) -> None:

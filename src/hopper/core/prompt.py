@@ -72,6 +72,7 @@ class PromptOptions(BaseModel):
     cpus: Annotated[int, Field(ge=1)] | None = None
     mem: Annotated[str | int | None, Field(union_mode="left_to_right")] = None
     gres: str | None = None
+    retry_of: str | None = None
 
     @field_validator("timeout", "idle_timeout")
     @classmethod
@@ -107,6 +108,13 @@ class PromptOptions(BaseModel):
             raise ValueError(
                 "must be 1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"
             )
+        return value
+
+    @field_validator("retry_of")
+    @classmethod
+    def _retry_of(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME_OK.match(value):
+            raise ValueError(f"{value!r} is not a job id")
         return value
 
     @field_validator("after")
@@ -260,6 +268,7 @@ _KEY_HINTS = {
     "cpus": "Slurm only: a whole number, for example cpus = 4",
     "mem": 'Slurm only: megabytes, or a size such as mem = "4G"',
     "gres": 'Slurm only: for example gres = "gpu:1"',
+    "retry_of": "set by hopper retry: the id of the job this one re-runs",
 }
 
 

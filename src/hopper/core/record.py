@@ -151,6 +151,9 @@ class JobRecord(BaseModel):
         description="executor slurm: cpus, mem, gres asked of Slurm (front matter, else [slurm])",
     )
     hooks: JobHooks | None = Field(None, description="the job's own completion hooks")
+    retry_of: str | None = Field(
+        None, description="hopper retry: the id of the finished job this one runs again"
+    )
 
 
 class ExitStatus(BaseModel):

@@ -1,0 +1,69 @@
+"""Finding a job by what a person types: an id, an id prefix, or a name.
+
+Ids are lower case by construction (``core/jobid.py``), so a reference is
+matched against them lower-cased; names are matched case-insensitively too
+(``hopper events cl-tooltest`` finds the job named ``cl-TOOLTEST``), an
+exact-case name winning over one that differs only in case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hopper.core.record import JobRecord
+from hopper.errors import JobFileCorrupt, JobNotFound
+from hopper.store.jobfile import iter_run_dirs, read_record
+from hopper.store.layout import Layout
+
+OnCorrupt = Callable[[JobFileCorrupt], None]
+
+
+def _ignore(_: JobFileCorrupt) -> None:
+    return None
+
+
+def read_all(layout: Layout, on_corrupt: OnCorrupt = _ignore) -> list[JobRecord]:
+    """Every readable job record, oldest id first; a corrupt one goes to ``on_corrupt``."""
+    records = []
+    for run_dir in iter_run_dirs(layout.runs):
+        try:
+            records.append(read_record(run_dir))
+        except FileNotFoundError:
+            continue  # a claim in progress
+        except JobFileCorrupt as exc:
+            on_corrupt(exc)
+    return records
+
+
+def find_job(layout: Layout, ref: str, on_corrupt: OnCorrupt = _ignore) -> JobRecord:
+    """An exact id, a unique id prefix, or a name (its newest job), any letter case.
+
+    Raises :class:`JobNotFound` when nothing matches or a prefix is ambiguous, and
+    :class:`JobFileCorrupt` when the job named by its exact id has a broken record.
+    """
+    key = ref.lower()
+    if key and "/" not in key and not key.startswith("."):
+        try:
+            return read_record(layout.run_dir(key))
+        except FileNotFoundError:
+            pass
+    records = read_all(layout, on_corrupt)
+    by_prefix = [r for r in records if key and r.id.startswith(key)]
+    if len(by_prefix) == 1:
+        return by_prefix[0]
+    if len(by_prefix) > 1:
+        raise JobNotFound(
+            f"{ref!r} matches {len(by_prefix)} jobs",
+            hint="give more of the id: " + ", ".join(r.id for r in by_prefix[:5]),
+        )
+    exact = [r for r in records if r.name == ref]
+    if exact:
+        return exact[-1]
+    folded = ref.casefold()
+    by_name = [r for r in records if r.name.casefold() == folded]
+    if by_name:
+        return by_name[-1]
+    raise JobNotFound(
+        f"no job with id, id prefix or name {ref!r} under {layout.runs}",
+        hint="hopper status lists the jobs",
+    )

@@ -1,0 +1,182 @@
+"""``hopper retry``: a finished job's prompt, back into the inbox as a new job.
+
+The new prompt is the old one as hopper finalized it (``processed/…``, or
+``runs/<id>/prompt.md`` if the finalize step has not moved it yet), with one
+front matter key added, ``retry_of = "<old id>"``, which the new job's record
+carries. It lands in the same inbox sub-folder as the original, so the same
+route applies, under the same file stem, so the new job has the same name
+(``hopper retry NAME`` then ``hopper status NAME`` shows the new run). It is
+written the safe way: a temporary dot-name, fsync, then rename into place.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import stat
+import tomllib
+from pathlib import Path, PurePosixPath
+
+from hopper.core.jobid import prompt_stem
+from hopper.core.prompt import FENCE, BadPrompt, decode
+from hopper.core.record import JobRecord
+from hopper.core.states import ACTIVE_STATES
+from hopper.errors import HopperError
+from hopper.store.atomic import fsync_dir
+from hopper.store.jobfile import PROMPT_FILE
+from hopper.store.layout import PROMPT_SUFFIX, Layout, inside
+from hopper.store.lookup import find_job
+
+DEFAULT_MAX_BYTES = 1 << 20
+_RETRY_OF_LINE = re.compile(r"""^\s*(?:retry_of|"retry_of"|'retry_of')\s*=""")
+
+
+class JobStillActive(HopperError):
+    """A retry was asked for a job that is still queued or running."""
+
+
+class CannotResubmit(HopperError):
+    """The finished job's prompt is gone, unreadable, or cannot carry ``retry_of``."""
+
+
+def resubmit(layout: Layout, job_ref: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Path:
+    """Put the prompt of the finished job ``job_ref`` (id, id prefix or name) back in the inbox.
+
+    Returns the new inbox path. Raises :class:`~hopper.errors.JobNotFound` when
+    no job matches, :class:`JobStillActive` for a queued or running job, and
+    :class:`CannotResubmit` when its prompt cannot be found, read or marked.
+    """
+    record = find_job(layout, job_ref)
+    if record.state in ACTIVE_STATES:
+        raise JobStillActive(
+            f"job {record.id} ({record.name}) is {record.state}: "
+            "only a finished job can be retried",
+            hint=f"wait for it (hopper wait {record.id}) or stop it (hopper abort {record.id})",
+        )
+    source = _prompt_of(layout, record)
+    data = _read_prompt(source, max_bytes)
+    try:
+        text = mark_retry(decode(data), record.id)
+    except BadPrompt as exc:
+        raise CannotResubmit(
+            f"cannot add retry_of to this prompt: {exc.message}",
+            path=source,
+            hint="fix the prompt and submit it again: hopper submit FILE",
+        ) from None
+    folder = _inbox_folder(layout, record)
+    stem = prompt_stem(PurePosixPath(record.inbox_path).name).lstrip(".") or "retry"
+    return _drop(folder, stem, text.encode())
+
+
+def mark_retry(text: str, job_id: str) -> str:
+    """``text`` with ``retry_of = "<job_id>"`` as the first front matter key (pure).
+
+    Comments and the rest of the front matter are kept as written; an older
+    ``retry_of`` line (a retry of a retry) is replaced. Raises BadPrompt if the
+    front matter is not valid TOML.
+    """
+    line = f'retry_of = "{job_id}"'
+    lines = text.split("\n")
+    if lines[0].rstrip() != FENCE:
+        return f"{FENCE}\n{line}\n{FENCE}\n{text}"
+    end = next((i for i in range(1, len(lines)) if lines[i].rstrip() == FENCE), None)
+    if end is None:
+        raise BadPrompt("front matter opened with +++ is never closed", line=1)
+    front = lines[1:end]
+    if "retry_of" in _toml(front):
+        front = [f for f in front if not _RETRY_OF_LINE.match(f)]
+        if "retry_of" in _toml(front):
+            raise BadPrompt("its retry_of key is written in a way hopper cannot replace")
+    return "\n".join([FENCE, line, *front, *lines[end:]])
+
+
+def _toml(front: list[str]) -> dict[str, object]:
+    try:
+        return tomllib.loads("\n".join(front))
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise BadPrompt(f"front matter is not valid TOML: {exc}") from None
+
+
+def _prompt_of(layout: Layout, record: JobRecord) -> Path:
+    """The finalized prompt: processed/ if it was moved there, else still in the run dir."""
+    candidates = []
+    if record.processed_path:
+        candidates.append(layout.root / record.processed_path)
+    candidates.append(layout.run_dir(record.id) / PROMPT_FILE)
+    for path in candidates:
+        if os.path.lexists(path):
+            return path
+    raise CannotResubmit(
+        f"job {record.id} has no prompt left to resubmit",
+        path=candidates[0],
+        hint="the prompt was moved or deleted; submit it again by hand: hopper submit FILE",
+    )
+
+
+def _read_prompt(path: Path, max_bytes: int) -> bytes:
+    """A regular file of at most ``max_bytes``; never follows a link, never blocks on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise CannotResubmit(
+            f"cannot read the job's prompt: {exc.strerror}",
+            path=path,
+            hint="it must be a regular file hopper can read; submit it by hand otherwise",
+        ) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CannotResubmit(
+                "the job's prompt is not a regular file",
+                path=path,
+                hint="submit the prompt again by hand: hopper submit FILE",
+            )
+        data = os.read(fd, max_bytes + 1)
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise CannotResubmit(
+            f"the job's prompt is over {max_bytes} bytes",
+            path=path,
+            hint="submit it by hand if it should run: hopper submit FILE",
+        )
+    return data
+
+
+def _inbox_folder(layout: Layout, record: JobRecord) -> Path:
+    """The inbox sub-folder the job's prompt was dropped in (its route), inside the root."""
+    parts = PurePosixPath(record.inbox_path).parts
+    sub = parts[1:-1] if parts[:1] == ("inbox",) else ()
+    folder = layout.inbox.joinpath(*sub)
+    if ".." in sub or not inside(layout.inbox, folder):
+        raise CannotResubmit(
+            f"job {record.id}'s inbox_path {record.inbox_path!r} leads outside the inbox",
+            path=layout.run_dir(record.id) / "job.json",
+            hint="submit the prompt again by hand: hopper submit FILE",
+        )
+    return folder
+
+
+def _drop(folder: Path, stem: str, data: bytes) -> Path:
+    """Temp dot-name, fsync, rename to a name no other prompt has (the stem, else stem-XXXX)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".retry.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        target = folder / f"{stem}{PROMPT_SUFFIX}"
+        while os.path.lexists(target):
+            target = folder / f"{stem}-{secrets.token_hex(2)}{PROMPT_SUFFIX}"
+        os.rename(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(folder)
+    return target
