@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hopper.cli.common import EXIT_USAGE, add_root_args, context, find_job, warn
+from hopper.cli.common import EXIT_FAILED, EXIT_USAGE, add_root_args, context, find_job, warn
 from hopper.cli.status import load_jobs
+from hopper.core.record import JobRecord
 from hopper.core.states import JobState, is_terminal
 from hopper.store.index import JobIndex
 from hopper.store.jobfile import LOG_FILE, read_record
@@ -58,6 +59,20 @@ def copy_new(path: Path, offset: int) -> int:
         return offset
     sys.stdout.buffer.flush()
     return offset
+
+
+def never_ran(record: JobRecord, run_dir: Path) -> str | None:
+    """Why a job has no output at all (it never started), or None if it has or may have some."""
+    if record.started_at is not None or (run_dir / LOG_FILE).exists():
+        return None
+    who = f"job {record.id} ({record.name})"
+    if is_terminal(record.state):
+        why = f": {record.detail}" if record.detail else ""
+        return f"{who} never ran, so it has no output: {record.state} ({record.reason}){why}"
+    return (
+        f"{who} is {record.state} and has not started yet, so it has no output\n"
+        f"  hint: hopper logs -f {record.id} waits for it; hopper status {record.id} shows it"
+    )
 
 
 def follow(run_dir: Path, stop: threading.Event) -> None:
@@ -170,6 +185,10 @@ def handle(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     record = find_job(layout, args.id)
     run_dir = layout.run_dir(record.id)
+    silent = never_ran(record, run_dir)
+    if silent is not None and (is_terminal(record.state) or not args.follow):
+        warn(silent)
+        return EXIT_FAILED
     if args.json:
         sink, one, stop = Prefixer(True), Followed(record.id, record.name, 0), threading.Event()
         while True:
@@ -180,9 +199,21 @@ def handle(args: argparse.Namespace) -> int:
                 done = False
             if not args.follow or done or stop.wait(FOLLOW_INTERVAL):
                 drain(layout, one, sink, final=True)
-                return 0
+                return _after_follow(run_dir) if args.follow else 0
     if args.follow:
         follow(run_dir, threading.Event())
-    else:
-        copy_new(run_dir / LOG_FILE, 0)
+        return _after_follow(run_dir)
+    copy_new(run_dir / LOG_FILE, 0)
     return 0
+
+
+def _after_follow(run_dir: Path) -> int:
+    """Followed a job to its end: 1 (and why) if it ended without ever running."""
+    try:
+        silent = never_ran(read_record(run_dir), run_dir)
+    except FileNotFoundError:
+        return 0
+    if silent is None:
+        return 0
+    warn(silent)
+    return EXIT_FAILED

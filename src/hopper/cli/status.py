@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TextIO
 
-from hopper.cli.common import EXIT_FAILED, EXIT_USAGE, add_root_args, context, warn
+from hopper.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_root_args, context, warn
 from hopper.core.durations import BadDuration, format_duration, parse_duration
 from hopper.core.record import JobRecord
 from hopper.core.selection import JobFilter
@@ -22,6 +22,7 @@ from hopper.core.states import JobState
 from hopper.core.summary import JobSummary, summarize
 from hopper.store.index import JobIndex
 from hopper.store.layout import Layout
+from hopper.store.lookup import unclaimed
 
 COLUMNS = ("ID", "NAME", "AGENT", "STATE", "REASON", "STARTED", "DURATION", "ATTEMPT")
 GLOB_CHARS = frozenset("*?[")
@@ -85,8 +86,9 @@ def resolve(jobs: list[JobSummary], ref: str) -> list[JobSummary]:
     if GLOB_CHARS & set(ref):
         glob = JobFilter(names=(ref,))
         return [j for j in jobs if glob.matches(j)]
-    exact = [j for j in jobs if j.id == ref]
-    return exact or [j for j in jobs if j.id.startswith(ref) or j.name == ref]
+    key, folded = ref.lower(), ref.casefold()
+    exact = [j for j in jobs if j.id == key]
+    return exact or [j for j in jobs if j.id.startswith(key) or j.name.casefold() == folded]
 
 
 def summary_row(job: JobSummary, now: float) -> tuple[str, ...]:
@@ -145,24 +147,44 @@ def handle(args: argparse.Namespace) -> int:
     index, jobs = load_jobs(layout)
     with index:
         code = 0
+        pending: list[str] = []  # prompts named but still in the inbox
         if args.ids:
             named: dict[str, JobSummary] = {}
             for ref in args.ids:
                 found = resolve(jobs, ref)
                 if not found and not GLOB_CHARS & set(ref):
-                    warn(f"no job with id, id prefix or name {ref!r} under {layout.runs}")
-                    code = EXIT_FAILED
+                    code = max(code, not_found(layout, ref, pending))
                 named.update((j.id, j) for j in found)
             jobs = sorted(named.values(), key=lambda j: j.id)
         jobs = [j for j in jobs if wanted.matches(j)]
         if args.json:
+            for line in pending:
+                warn(line)
             write_json_array(index.raw(j.id for j in jobs), sys.stdout)
             return code
+    for line in pending:
+        print(line)
+    if not jobs and pending:
+        return code
     if not jobs:
         print(f"no jobs under {layout.runs}" + (" match" if _filtered(args) else ""))
         return code
     print(table([COLUMNS, *(summary_row(j, now) for j in jobs)]))
     return code
+
+
+def not_found(layout: Layout, ref: str, pending: list[str]) -> int:
+    """What is known of a reference no job matches, and the exit code it deserves.
+
+    A prompt of that name still in the inbox is news, not an error: its line
+    goes to ``pending`` and the code is 0. Nothing at all is 1.
+    """
+    waiting = unclaimed(layout, ref)
+    pending.extend(f"{ref}: not claimed yet: {path}" for path in waiting)
+    if waiting:
+        return EXIT_OK
+    warn(f"no job with id, id prefix or name {ref!r} under {layout.runs}")
+    return EXIT_FAILED
 
 
 def _filtered(args: argparse.Namespace) -> bool:

@@ -12,10 +12,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from hopper.cli.common import EXIT_FAILED, EXIT_USAGE, add_root_args, context, warn
 from hopper.core import frontmatter
 from hopper.core.jobid import prompt_stem, slugify
-from hopper.core.prompt import FENCE, BadPrompt, decode
+from hopper.core.prompt import FENCE, BadPrompt, PromptOptions, decode
 from hopper.store.atomic import fsync_dir
 from hopper.store.layout import PROMPT_SUFFIX, Layout
 
@@ -28,6 +30,9 @@ def register(sub: Any) -> None:
     p.add_argument("--name", help="job name (default: the file's stem)")
     p.add_argument("--timeout", help="wall-clock limit, e.g. 45m")
     p.add_argument("--workdir", help="where the job runs")
+    p.add_argument(
+        "--session", help="conversation name: prompts of one session run in order, in one chat"
+    )
     p.add_argument(
         "--after",
         action="append",
@@ -91,6 +96,13 @@ def drop(layout: Layout, data: bytes, stem: str, subdir: str = "") -> Path:
 
 def handle(args: argparse.Namespace) -> int:
     layout, _ = context(args)
+    if args.session is not None:
+        try:
+            PromptOptions.model_validate({"session": args.session})
+        except ValidationError as exc:
+            msg = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            warn(f"--session {args.session!r}: {msg}")
+            return EXIT_USAGE
     if args.file == "-":
         data = sys.stdin.buffer.read()
         stem = args.name or datetime.now(UTC).strftime("prompt-%Y%m%d-%H%M%S")
@@ -109,6 +121,7 @@ def handle(args: argparse.Namespace) -> int:
             ("name", args.name),
             ("timeout", args.timeout),
             ("workdir", args.workdir),
+            ("session", args.session),
             ("group", args.group),
         )
         if v

@@ -20,7 +20,7 @@ class JobFilter:
     since: float | None = None  # epoch seconds
     agents: frozenset[str] = field(default_factory=frozenset)
     groups: frozenset[str] = field(default_factory=frozenset)
-    names: tuple[str, ...] = ()  # globs, matched against the name or the id
+    names: tuple[str, ...] = ()  # globs, matched against the name or the id, any letter case
 
     def matches(self, job: JobSummary) -> bool:
         if self.states and job.state not in self.states:
@@ -29,11 +29,14 @@ class JobFilter:
             return False
         if self.groups and job.group not in self.groups:
             return False
-        if self.names and not any(
-            fnmatchcase(job.name, g) or fnmatchcase(job.id, g) for g in self.names
-        ):
+        if self.names and not any(_named(job, g.casefold()) for g in self.names):
             return False
         return self.since is None or touched_since(job, self.since)
+
+
+def _named(job: JobSummary, folded_glob: str) -> bool:
+    """Ids are lower case and names are matched without regard to case."""
+    return fnmatchcase(job.name.casefold(), folded_glob) or fnmatchcase(job.id, folded_glob)
 
 
 def touched_since(job: JobSummary, since: float) -> bool:

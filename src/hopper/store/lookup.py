@@ -1,5 +1,8 @@
 """Finding a job by what a person types: an id, an id prefix, or a name.
 
+A name no job has yet may be a prompt still waiting in the inbox: then the
+error says "not claimed yet" and where the file is, not "no job".
+
 Ids are lower case by construction (``core/jobid.py``), so a reference is
 matched against them lower-cased; names are matched case-insensitively too
 (``hopper events cl-tooltest`` finds the job named ``cl-TOOLTEST``), an
@@ -9,9 +12,12 @@ exact-case name winning over one that differs only in case.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
+from hopper.core.jobid import prompt_stem
 from hopper.core.record import JobRecord
 from hopper.errors import JobFileCorrupt, JobNotFound
+from hopper.store.inbox import scan
 from hopper.store.jobfile import iter_run_dirs, read_record
 from hopper.store.layout import Layout
 
@@ -63,7 +69,24 @@ def find_job(layout: Layout, ref: str, on_corrupt: OnCorrupt = _ignore) -> JobRe
     by_name = [r for r in records if r.name.casefold() == folded]
     if by_name:
         return by_name[-1]
+    waiting = unclaimed(layout, ref)
+    if waiting:
+        raise JobNotClaimed(
+            f"{ref!r} is not claimed yet: {waiting[0]} waits in the inbox",
+            hint="a watcher claims it (is one running? hopper watchers); "
+            "remove the file to cancel it",
+        )
     raise JobNotFound(
         f"no job with id, id prefix or name {ref!r} under {layout.runs}",
         hint="hopper status lists the jobs",
     )
+
+
+class JobNotClaimed(JobNotFound):
+    """No job yet, but a prompt of that name waits in the inbox."""
+
+
+def unclaimed(layout: Layout, ref: str) -> list[Path]:
+    """Inbox prompts whose file stem is ``ref`` (any letter case), in scan order."""
+    folded = ref.casefold()
+    return [c.path for c in scan(layout.inbox) if prompt_stem(c.path.name).casefold() == folded]
