@@ -32,7 +32,7 @@ from hopper.executors.slurm import EXIT_STATUS_FILE as SLURM_EXIT_FILE
 from hopper.executors.slurm_runner import SlurmJobs
 from hopper.faults import crash_point
 from hopper.intake import Intake, read_prompt
-from hopper.proc import identity, spawn
+from hopper.proc import identity, spawn, treekill
 from hopper.store.atomic import write_atomic
 from hopper.store.jobfile import (
     ABORT_FILE,
@@ -129,6 +129,8 @@ class Runner:
             **self.config.env,
             **prep.env,
             "HOPPER_JOB_ID": record.id,
+            # How recovery finds the job's processes once its supervisor is gone.
+            treekill.JOB_TOKEN_ENV: treekill.job_token(record.id),
             "HOPPER_RUN_DIR": str(run_dir),
             "HOPPER_ROOT": str(self.layout.root),
             **({"HOPPER_BRANCH": record.branch} if record.branch else {}),
@@ -386,8 +388,12 @@ class Runner:
         rec = job.record
         killed = 0
         local = rec.host == self.intake.ident.host  # a dead host's pids are not ours to judge
-        if local and rec.pid is not None and identity.is_alive(rec.pid, rec.pid_start_time):
-            killed = identity.kill_tree(rec.pid)
+        if local:
+            # Everything carrying the job's token, and the job's own tree if its
+            # pid is still the job: a setsid'd orphan under init included.
+            alive = rec.pid is not None and identity.is_alive(rec.pid, rec.pid_start_time)
+            roots = frozenset([rec.pid]) if alive and rec.pid else frozenset[int]()
+            killed = treekill.end_job(rec.id, roots)
         append_event(job.run_dir, "lost", self.clock.now(), orphans_killed=killed)
         self._close(
             job.run_dir,

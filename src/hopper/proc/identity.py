@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 
 import psutil
 
@@ -73,29 +72,3 @@ def end_stale_supervisors(run_dir: str, timeout: float = 5.0) -> int:
             pass
     psutil.wait_procs(alive, timeout=timeout)
     return len(procs)
-
-
-def kill_tree(pid: int, sig: int = signal.SIGKILL) -> int:
-    """Signal ``pid``'s process group and every descendant; the count signalled.
-
-    The last resort when a supervisor is gone and its job's processes were
-    orphaned: they are found through the process group and the parent chain.
-    """
-    victims: set[int] = set()
-    try:
-        root = psutil.Process(pid)
-        victims.update(p.pid for p in root.children(recursive=True))
-        victims.add(pid)
-    except psutil.NoSuchProcess:
-        pass
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if os.getpgid(proc.pid) == pid:
-                victims.add(proc.pid)
-        except (ProcessLookupError, PermissionError):
-            continue
-    count = 0
-    for victim in victims:
-        if victim != os.getpid() and send(victim, sig):
-            count += 1
-    return count

@@ -27,16 +27,36 @@ Every ``sample_interval`` it measures the tree (CPU, RSS, job.log growth; see
 heartbeat, and ends the tree the same way as a stop when its RSS passes
 ``memory_max`` or job.log passes ``output_max`` (checked every
 ``OUTPUT_CHECK``); ``exit.json`` then names the ``limit`` and carries the
-final figures.
+final figures. An output limit ends the tree with SIGKILL at once: a writer
+that ignores SIGTERM would otherwise keep writing through the grace period.
+
+Nothing the job can reach steers the supervisor's writes. Every file it
+writes is opened relative to a descriptor of the run directory taken at
+start (a run directory swapped for a symlink changes nothing), never through
+a symlink (``O_NOFOLLOW``; a link, FIFO or directory planted at one of its
+names is moved aside), and job.log is measured and cut through the
+supervisor's own descriptor, so renaming, deleting or replacing job.log
+neither hides output from ``output_max`` nor points the cut elsewhere. A run
+directory deleted under a running job (its ``st_nlink`` drops to 0) ends the
+job and the supervisor without an exit record: there is nowhere to put one.
+
+Ending a tree is a loop, not one sweep: a process that forks and exits over
+and over (changing session each time) is always one step ahead of a single
+scan, so the supervisor SIGKILLs everything below it again and again until
+a scan finds nothing (or ``END_BUDGET`` runs out, which exit.json records).
+Spec numbers that are not finite (a NaN timeout) mean "none", never a spin.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
+import math
 import os
 import resource
 import signal
+import stat
 import sys
 import time
 
@@ -47,6 +67,7 @@ RESOURCES_FILE = "resources.json"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 OUTPUT_CHECK = 0.25  # seconds between job.log size checks when output_max is set
+END_BUDGET = 30.0  # seconds of SIGKILL rounds before the supervisor gives up on a process
 # A sample reads every /proc/PID/stat; on a host with thousands of processes
 # that costs milliseconds, so the interval stretches to keep it under 0.5% CPU.
 SAMPLE_BUDGET = 200
@@ -61,21 +82,34 @@ def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1e6):06d}+00:00"
 
 
+def _number(value: object) -> float | None:
+    """A finite, non-negative number from the spec, else None ("no limit")."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and number >= 0 else None
+
+
 class Supervisor:
     def __init__(self, run_dir: str, spec: dict[str, object]) -> None:
         self.run_dir = run_dir
+        # Every write goes through this descriptor: a run directory replaced by a
+        # symlink after the start cannot redirect them.
+        self.dir_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         self.argv = [str(a) for a in spec["argv"]]  # type: ignore[attr-defined]
         self.cwd = str(spec["cwd"])
         self.env = {str(k): str(v) for k, v in spec["env"].items()}  # type: ignore[attr-defined]
         self.log = str(spec["log"])
+        self.log_fd = -1  # the supervisor's own descriptor of job.log, kept open
         self.stop_signals = [int(s) for s in spec.get("stop_signals", [15])]  # type: ignore[attr-defined]
-        self.grace = float(spec.get("grace", 10.0))  # type: ignore[arg-type]
-        timeout = spec.get("timeout")
-        self.timeout = None if timeout is None else float(timeout)  # type: ignore[arg-type]
-        memory_max, output_max = spec.get("memory_max"), spec.get("output_max")
-        self.memory_max = None if memory_max is None else int(memory_max)  # type: ignore[call-overload]
-        self.output_max = None if output_max is None else int(output_max)  # type: ignore[call-overload]
-        self.sample_interval = float(spec.get("sample_interval", 1.0))  # type: ignore[arg-type]
+        grace = _number(spec.get("grace", 10.0))
+        self.grace = 10.0 if grace is None else grace
+        self.timeout = _number(spec.get("timeout"))
+        memory_max, output_max = _number(spec.get("memory_max")), _number(spec.get("output_max"))
+        self.memory_max = None if memory_max is None else int(memory_max)
+        self.output_max = None if output_max is None else int(output_max)
+        interval = _number(spec.get("sample_interval", 1.0))
+        self.sample_interval = interval if interval else 1.0
         self.limit: str | None = None  # "memory" or "output" once one made us stop the tree
         self.log_start = 0  # job.log's size when the job started: output is what it adds
         self.cpu = 0.0
@@ -88,15 +122,51 @@ class Supervisor:
         self.timed_out = False
         self.stop_signal_sent = False
         self.leftovers_killed = 0
+        self.escaped = 0  # processes still alive when END_BUDGET ran out
+
+    # -- files: relative to the run directory's descriptor, never through a link --
+    def gone(self) -> bool:
+        """True once the run directory was deleted (its last link is gone)."""
+        try:
+            return os.fstat(self.dir_fd).st_nlink == 0
+        except OSError:
+            return True
+
+    def open_regular(self, name: str, flags: int) -> int:
+        """Open ``name`` in the run directory as a regular file, never through a link.
+
+        Whatever else sits at the name (a symlink, a FIFO, a directory) is
+        renamed aside to a hidden name and a fresh file is created; O_NONBLOCK
+        keeps a FIFO from blocking the open.
+        """
+        base = flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        for _ in range(3):
+            try:
+                fd = os.open(name, base, 0o644, dir_fd=self.dir_fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.ENOTDIR):
+                    raise
+            else:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.set_blocking(fd, True)
+                    return fd
+                os.close(fd)
+            aside = f".{name}.displaced.{os.getpid()}.{time.monotonic_ns()}"
+            os.rename(name, aside, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        raise OSError(errno.EEXIST, f"{name}: cannot be opened as a regular file")
+
+    def open_log(self) -> int:
+        """job.log: in the run directory through its descriptor (else the given path)."""
+        if os.path.dirname(self.log) == self.run_dir.rstrip("/"):
+            return self.open_regular(
+                os.path.basename(self.log), os.O_WRONLY | os.O_APPEND | os.O_CREAT
+            )
+        return os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
     # -- events -----------------------------------------------------------------
     def event(self, name: str, **fields: object) -> None:
         line = json.dumps({"ts": _iso(time.time()), "event": name, **fields}) + "\n"
-        fd = os.open(
-            os.path.join(self.run_dir, EVENTS_FILE),
-            os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-            0o644,
-        )
+        fd = self.open_regular(EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, line.encode())
         finally:
@@ -107,7 +177,7 @@ class Supervisor:
         """Fork the job, held at a gate; returns (gate write end, error pipe read end)."""
         gate_r, gate_w = os.pipe()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        log_fd = os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        log_fd = self.log_fd = self.open_log()
         self.log_start = os.fstat(log_fd).st_size
         pid = os.fork()
         if pid == 0:  # the job, until exec
@@ -134,7 +204,6 @@ class Supervisor:
                     os._exit(127)
         os.close(gate_r)
         os.close(err_w)
-        os.close(log_fd)
         try:
             os.setpgid(pid, pid)
         except OSError:
@@ -212,8 +281,9 @@ class Supervisor:
         self.write_resources(live=True)
 
     def output_bytes(self) -> int:
+        """What the job wrote, measured on the supervisor's own descriptor of job.log."""
         try:
-            return max(0, os.stat(self.log).st_size - self.log_start)
+            return max(0, os.fstat(self.log_fd).st_size - self.log_start)
         except OSError:
             return 0
 
@@ -229,21 +299,29 @@ class Supervisor:
 
     def write_resources(self, live: bool) -> None:
         """The live figures, replaced atomically (no fsync: they are refreshed anyway)."""
-        path = os.path.join(self.run_dir, RESOURCES_FILE)
-        tmp = os.path.join(self.run_dir, f".{RESOURCES_FILE}.{os.getpid()}.tmp")
+        tmp = f".{RESOURCES_FILE}.{os.getpid()}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            fd = self.create_temp(tmp)
             try:
                 os.write(fd, json.dumps(self.resources(live)).encode() + b"\n")
             finally:
                 os.close(fd)
-            os.replace(tmp, path)
+            os.replace(tmp, RESOURCES_FILE, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         except OSError:
             # Disk full: the figures are a convenience; exit.json carries the final ones.
             try:
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=self.dir_fd)
             except OSError:
                 pass
+
+    def create_temp(self, name: str) -> int:
+        """A new file at ``name`` (whatever the job planted there is removed first)."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            return os.open(name, flags, 0o644, dir_fd=self.dir_fd)
+        except FileExistsError:
+            os.unlink(name, dir_fd=self.dir_fd)  # a link or file planted at our temp name
+            return os.open(name, flags, 0o644, dir_fd=self.dir_fd)
 
     def final_figures(self) -> dict[str, object]:
         """Exact once the tree is gone: every process was reaped into RUSAGE_CHILDREN.
@@ -296,14 +374,9 @@ class Supervisor:
             f"\n[hopper] job.log cut at output_max ({self.output_max} bytes); "
             f"the job wrote {written} bytes\n"
         )
-        try:
-            fd = os.open(self.log, os.O_WRONLY | os.O_CLOEXEC)
-            try:
-                os.ftruncate(fd, self.log_start + self.output_max)
-                os.lseek(fd, 0, os.SEEK_END)
-                os.write(fd, note.encode())
-            finally:
-                os.close(fd)
+        try:  # through our own descriptor: whatever now sits at job.log's name is not cut
+            os.ftruncate(self.log_fd, self.log_start + self.output_max)
+            os.write(self.log_fd, note.encode())  # O_APPEND: at the new end
         except OSError:
             pass
 
@@ -313,14 +386,46 @@ class Supervisor:
         except (ProcessLookupError, PermissionError):
             pass
 
-    def kill_all(self) -> int:
-        victims = self.descendants()
-        for pid in victims:
+    def kill_all(self, budget: float = END_BUDGET) -> int:
+        """SIGKILL everything below us, scan again, until we have no child left.
+
+        One sweep is not enough: a process that forks and exits in a loop has
+        a new pid by the time a scan's pid is signalled, and a scan may miss
+        it altogether. What cannot miss it is waitpid: we are a subreaper, so
+        every process of the tree has an ancestor that is our child, and the
+        tree is empty exactly when waitpid says we have no children. Returns
+        how many distinct processes were signalled; ``self.escaped`` counts
+        what was still alive when ``budget`` seconds ran out.
+        """
+        killed: set[int] = set()
+        end = time.monotonic() + budget
+        while self.has_children():
+            victims = set(self.descendants())
+            if time.monotonic() >= end:
+                self.escaped = max(1, len(victims))
+                break
+            for pid in victims:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            killed |= victims
+            if not victims or victims <= killed - victims:
+                # Dying (SIGKILLed, not yet reaped): a moment for their SIGCHLD.
+                self.wait(time.monotonic() + 0.002)
+        return len(killed)
+
+    def has_children(self) -> bool:
+        """Reap what exited; True while any child of ours (so any descendant) lives."""
+        while True:
             try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        return len(victims)
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return False
+            if pid == 0:
+                return True
+            if pid == self.pid:
+                self.status = status
 
     def reap(self) -> None:
         while True:
@@ -359,6 +464,8 @@ class Supervisor:
                 break
             now = time.monotonic()
             limit = None
+            if stop_steps is None and sig is None and self.gone():
+                sig = signal.SIGTERM  # the run directory was deleted: stop, nothing to record
             sampled = now >= next_sample
             if sampled:
                 cost = time.process_time()
@@ -380,8 +487,12 @@ class Supervisor:
                     self.limit = limit
                 elif sig not in STOP_REQUESTS:
                     self.timed_out = True
-                    self.event("timeout", timeout_seconds=self.timeout)
-                stop_steps = [*self.stop_signals, signal.SIGKILL]
+                    self.safe_event("timeout", timeout_seconds=self.timeout)
+                # An output limit is SIGKILL at once: a writer that ignores
+                # SIGTERM would fill the disk during the grace period.
+                stop_steps = (
+                    [signal.SIGKILL] if limit == "output" else [*self.stop_signals, signal.SIGKILL]
+                )
                 step_deadline = now
             if stop_steps is not None and step_deadline is not None and now >= step_deadline:
                 sig_now = stop_steps.pop(0) if stop_steps else signal.SIGKILL
@@ -389,11 +500,11 @@ class Supervisor:
                 if sig_now == signal.SIGKILL:
                     self.signal_group(signal.SIGKILL)
                     killed = self.kill_all()
-                    self.event("signal_sent", signal="SIGKILL", processes=killed)
+                    self.safe_event("signal_sent", signal="SIGKILL", processes=killed)
                     step_deadline = now + 1.0
                 else:
                     self.signal_group(sig_now)
-                    self.event(
+                    self.safe_event(
                         "signal_sent", signal=signal.Signals(sig_now).name, target="process group"
                     )
                     step_deadline = now + self.grace
@@ -401,21 +512,22 @@ class Supervisor:
 
     def end_leftovers(self) -> None:
         """The job exited; end whatever it left running (TERM, grace, KILL)."""
-        victims = self.descendants()
-        if not victims:
+        if not self.has_children():
             return
-        self.leftovers_killed = len(victims)
+        victims = self.descendants()
+        self.leftovers_killed = max(1, len(victims))  # a scan can miss a hopping process
         for pid in victims:
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
         end = time.monotonic() + self.grace
-        while self.descendants() and time.monotonic() < end:
+        while self.has_children() and time.monotonic() < end:
             self.wait(min(end, time.monotonic() + 0.05))
-            self.reap()
         killed = self.kill_all()
-        self.event("leftovers_ended", processes=self.leftovers_killed, killed=killed)
+        self.safe_event(
+            "leftovers_ended", processes=self.leftovers_killed, killed=killed, escaped=self.escaped
+        )
         self.reap()
 
     # -- exit record ------------------------------------------------------------
@@ -440,6 +552,7 @@ class Supervisor:
             "timed_out": self.timed_out,
             "stop_signal_sent": self.stop_signal_sent,
             "leftovers_killed": self.leftovers_killed,
+            "escaped": self.escaped,
             "limit": self.limit,
             "resources": resources,
             "error": error,
@@ -448,6 +561,11 @@ class Supervisor:
         data = json.dumps(record).encode() + b"\n"
         delay = 0.1
         while True:
+            if self.gone():
+                # Deleted under us: no record can land, and the watcher files the
+                # job lost by itself; retrying would only spin.
+                sys.stderr.write(f"hopper supervisor {self.run_dir}: run directory deleted\n")
+                return
             try:
                 self._write_exit(data)
                 break
@@ -461,9 +579,8 @@ class Supervisor:
                 delay = min(delay * 2, 5.0)
 
     def _write_exit(self, data: bytes) -> None:
-        path = os.path.join(self.run_dir, EXIT_FILE)
-        tmp = os.path.join(self.run_dir, f".{EXIT_FILE}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        tmp = f".{EXIT_FILE}.{os.getpid()}.tmp"
+        fd = self.create_temp(tmp)
         try:
             view = memoryview(data)
             while view:
@@ -471,15 +588,11 @@ class Supervisor:
             os.fsync(fd)
         except BaseException:
             os.close(fd)
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=self.dir_fd)
             raise
         os.close(fd)
-        os.replace(tmp, path)
-        dir_fd = os.open(self.run_dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        os.replace(tmp, EXIT_FILE, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        os.fsync(self.dir_fd)
 
 
 def _earliest(*deadlines: float | None) -> float | None:
