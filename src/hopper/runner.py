@@ -120,7 +120,7 @@ class Runner:
             )
             return
         try:
-            prep, workdir = self._prepare(record, run_dir)
+            prep, workdir, job_env = self._prepare(record, run_dir)
         except BadPrompt as exc:
             self.intake.reject(run_dir, record, Reason.BAD_PROMPT, exc.describe(record.inbox_path))
             return
@@ -128,6 +128,7 @@ class Runner:
             **{k: v for k, v in os.environ.items() if k not in SERVICE_ONLY_ENV},
             **self.config.env,
             **prep.env,
+            **job_env,  # front matter `env`: never written to job.json, events or logs
             "HOPPER_JOB_ID": record.id,
             # How recovery finds the job's processes once its supervisor is gone.
             treekill.JOB_TOKEN_ENV: treekill.job_token(record.id),
@@ -201,7 +202,10 @@ class Runner:
             }
         )
 
-    def _prepare(self, record: JobRecord, run_dir: Path) -> tuple[Preparation, Path]:
+    def _prepare(
+        self, record: JobRecord, run_dir: Path
+    ) -> tuple[Preparation, Path, dict[str, str]]:
+        """The agent's preparation, the working directory, and the prompt's own ``env``."""
         spec = prompts.parse(read_prompt(run_dir / PROMPT_FILE, self.config.max_prompt_bytes))
         workdir = self._workdir(record, run_dir)
         agent = lookup(self.intake.agents, record.agent)
@@ -209,7 +213,7 @@ class Runner:
         prep = agent.prepare(JobContext(record.id, record.name, run_dir, workdir, spec, values))
         for name, content in prep.files.items():
             write_atomic(run_dir / name, content.encode(), durable=False)
-        return prep, workdir
+        return prep, workdir, dict(spec.options.env)
 
     def _workspace(self, record: JobRecord) -> JobRecord:
         """Make the folder or worktree (a retry reuses it); its paths go into the record."""

@@ -22,6 +22,10 @@ FENCE = "+++"
 _TOML_LINE = re.compile(r"at line (\d+)")
 _BASH_BLOCK = re.compile(r"^```(?:bash|sh)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# Front matter `env`: POSIX-style names, hopper's own HOPPER_* left to hopper, a size cap.
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+ENV_MAX_KEYS = 256
+ENV_MAX_BYTES = 64 * 1024
 # A git branch name hopper accepts: safe path segments, no "..", no leading "-".
 _BRANCH_OK = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,200}(?<![./])$")
 
@@ -99,6 +103,29 @@ class PromptOptions(BaseModel):
     def _check(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and not value:
             raise ValueError('must be a non-empty argv, e.g. ["pytest", "-q"]')
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        # Messages name keys, never values: a value may be a secret.
+        if len(value) > ENV_MAX_KEYS:
+            raise ValueError(f"has {len(value)} keys, over the limit of {ENV_MAX_KEYS}")
+        size = sum(
+            len(k.encode()) + len(v.encode("utf-8", "surrogatepass")) for k, v in value.items()
+        )
+        if size > ENV_MAX_BYTES:
+            raise ValueError(f"is {size} bytes, over the limit of {ENV_MAX_BYTES} bytes")
+        for key, text in value.items():
+            if not _ENV_NAME.match(key):
+                raise ValueError(
+                    f"{key!r} is not an environment variable name "
+                    "(letters, digits and '_', not starting with a digit)"
+                )
+            if key.upper().startswith("HOPPER_"):
+                raise ValueError(f"{key!r}: HOPPER_* variables are set by hopper itself")
+            if "\x00" in text:
+                raise ValueError(f"the value of {key!r} contains a NUL character")
         return value
 
     @field_validator("name", "session", "group")
@@ -249,6 +276,8 @@ def _validate(raw: dict[str, Any], fm_lines: list[str]) -> PromptOptions:
                 f"unknown key {key!r}", line=line, hint=f"known keys: {known}"
             ) from None
         msg = str(err["msg"]).removeprefix("Value error, ")
+        if key == "env" and len(err["loc"]) > 1:  # the variable's name, never its value
+            msg = f"{err['loc'][1]!r}: {msg}"
         raise BadPrompt(f"key {key!r}: {msg}", line=line, hint=_KEY_HINTS.get(key, "")) from None
 
 
@@ -258,7 +287,7 @@ _KEY_HINTS = {
     "workdir": 'an absolute path, for example workdir = "~/src/app"',
     "timeout": 'for example timeout = "45m", or a number of seconds',
     "idle_timeout": 'for example idle_timeout = "10m", or a number of seconds',
-    "env": 'a table of strings, for example env = { KEY = "value" }',
+    "env": 'a table of strings, for example env = { MODE = "fast" }',
     "memory_max": 'for example memory_max = "2G" (K, M, G, T), or "none"',
     "output_max": 'for example output_max = "500M" (K, M, G, T), or "none"',
     "priority": "an integer from -1000 to 1000; higher starts first",
