@@ -7,10 +7,7 @@ file goes to processed/ like any other.
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +25,7 @@ from hopper.core.record import JobHooks, JobRecord
 from hopper.core.states import JobState, Reason, check_transition, state_for
 from hopper.executors.slurm_runner import slurm_request
 from hopper.faults import crash_point
+from hopper.store import saferead
 from hopper.store.claim import Claimed, claim, read_claim
 from hopper.store.finalize import finalize
 from hopper.store.jobfile import PROMPT_FILE, append_event, write_record
@@ -45,64 +43,18 @@ class Identity:
 def read_prompt(path: Path, limit: int) -> bytes:
     """The prompt's bytes, refusing anything but a regular file of at most ``limit`` bytes."""
     try:
-        st = os.lstat(path)
+        return saferead.read_bytes(path, limit, hint=_PROMPT_HINT)
     except FileNotFoundError:
         raise BadPrompt("vanished before it could be read") from None
-    kind = _kind(st.st_mode)
-    if kind:
-        raise BadPrompt(
-            f"is {kind}, not a regular file",
-            hint="hopper never follows links or reads special files; "
-            "copy the prompt into the inbox as a plain file",
-        )
-    if st.st_size > limit:
-        raise BadPrompt(
-            f"is {st.st_size} bytes, over the limit of {limit} bytes",
-            hint="shorten it, or raise max_prompt_bytes in the config",
-        )
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except PermissionError:
-        raise BadPrompt(
-            "cannot be read: permission denied", hint="make it readable by the user hopper runs as"
-        ) from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise BadPrompt("is a symbolic link, not a regular file") from None
-        raise BadPrompt(f"cannot be read: {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BadPrompt("changed into something other than a regular file while read")
-        chunks = []
-        remaining = limit + 1
-        while remaining > 0:
-            chunk = os.read(fd, min(remaining, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            remaining -= len(chunk)
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > limit:
-        raise BadPrompt(f"grew past the limit of {limit} bytes while being read")
-    return data
+    except saferead.UnreadableFile as exc:
+        hint = "shorten it, or raise max_prompt_bytes in the config"
+        raise BadPrompt(exc.message, hint=hint if exc.problem == "too_big" else exc.hint) from None
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISREG(mode):
-        return ""
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device file"
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    return "not a regular file"
+_PROMPT_HINT = (
+    "hopper never follows links or reads special files; "
+    "copy the prompt into the inbox as a plain file"
+)
 
 
 class Intake:

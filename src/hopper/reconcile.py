@@ -33,6 +33,7 @@ from hopper.store.jobfile import (
     read_record,
     write_record,
 )
+from hopper.store.saferead import UnreadableFile, read_bytes
 from hopper.store.takeover import effective_owner, try_take
 
 log = logging.getLogger(__name__)
@@ -225,9 +226,8 @@ def _finished_fast(run_dir: Path) -> bool:
     if os.path.lexists(run_dir / PROMPT_FILE):
         return False
     try:
-        with open(run_dir / JOB_FILE, "rb") as fh:
-            head = fh.read(4096)
-    except FileNotFoundError:
+        head = read_bytes(run_dir / JOB_FILE, 4096, truncate=True)
+    except (FileNotFoundError, UnreadableFile):
         return False
     return any(
         f'"state": "{s}"'.encode() in head

@@ -28,6 +28,7 @@ from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.retry import backoff, should_retry
 from hopper.core.states import JobState, Reason, check_transition
 from hopper.core.templates import template_values
+from hopper.errors import JobFileCorrupt
 from hopper.executors.slurm import EXIT_STATUS_FILE as SLURM_EXIT_FILE
 from hopper.executors.slurm_runner import SlurmJobs
 from hopper.faults import crash_point
@@ -89,6 +90,7 @@ class Running:
     supervisor: subprocess.Popen[bytes] | None  # None when adopted after a restart
     next_heartbeat: float = 0.0
     stop_sent: bool = False
+    bad_exit: str | None = None  # why an exit.json found while it ran was not trusted
 
 
 @dataclass
@@ -294,7 +296,16 @@ class Runner:
 
     def _own_exit(self, job: Running) -> ExitStatus | None:
         """exit.json if this job's own supervisor wrote it (not a stale one from a crash)."""
-        status = read_exit(job.run_dir)
+        try:
+            status = read_exit(job.run_dir)
+        except JobFileCorrupt as exc:
+            # Not the supervisor's (it writes a valid one, by rename, when the
+            # job ends): the job wrote it. Ignore it; if the supervisor then
+            # dies without replacing it, lose() says why.
+            if job.bad_exit is None:
+                log.warning("job=%s ignoring %s", job.record.id, exc.render())
+            job.bad_exit = exc.message
+            return None
         if status is None:
             return None
         mine = job.record.supervisor_pid
@@ -378,7 +389,7 @@ class Runner:
             resources=status.resources.model_dump() if status.resources else None,
         )
         reason, detail = outcome.reason, outcome.detail
-        agent = read_agent_summary(job.run_dir)
+        agent = read_agent_summary(job.run_dir, now)
         if agent is not None:
             job.record = job.record.model_copy(update=record_fields(agent))
             refined = final_reason(reason, agent)
@@ -403,7 +414,8 @@ class Runner:
             job.run_dir,
             rec,
             Reason.LOST,
-            "the supervisor vanished without recording an exit status",
+            "the supervisor vanished without recording an exit status"
+            + (f" (its exit.json was not trusted: {job.bad_exit})" if job.bad_exit else ""),
             None,
         )
 

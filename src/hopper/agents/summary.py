@@ -1,43 +1,107 @@
-"""The driver's ``agent.json`` -> the job record's agent fields."""
+"""The driver's ``agent.json`` -> the job record's agent fields.
+
+agent.json lives in the run directory, which the job can write to; so it is
+read like any untrusted file (store/saferead.py) and validated field by field.
+A file that is not a regular file, too big, not JSON or of the wrong shape
+is ignored: the job keeps the verdict its exit status gives, and an
+``agent_summary_ignored`` event and a warning say why.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
+import math
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from hopper.agents.drive import SUMMARY_FILE
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from hopper.agents.drive import RESULT_FILE, SUMMARY_FILE
 from hopper.core.record import Usage
+from hopper.store.jobfile import append_event
+from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, parse_model, read_bytes
 
 log = logging.getLogger(__name__)
 
+Count = Annotated[int, Field(ge=0)]
 
-def read_agent_summary(run_dir: Path) -> dict[str, Any] | None:
-    """What the agent driver recorded, or None (not an agent job, or it never got there)."""
+
+class AgentUsage(BaseModel):
+    """``usage`` as the driver writes it: token counts and a cost, all optional."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    input_tokens: Count | None = None
+    output_tokens: Count | None = None
+    cache_read_tokens: Count | None = None
+    cache_write_tokens: Count | None = None
+    cost_usd: Annotated[float, Field(ge=0)] | None = None
+
+    @field_validator("cost_usd")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+
+class AgentSummary(BaseModel):
+    """``runs/<id>/agent.json``, as ``hopper.agents.drive`` writes it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    outcome: Annotated[str, Field(max_length=40)] | None = None
+    detail: str | None = None
+    error_kind: Annotated[str, Field(max_length=40)] | None = None
+    session_id: Annotated[str, Field(max_length=200)] | None = None
+    turns: Count | None = None
+    usage: AgentUsage | None = None
+    permission_denials: Annotated[list[str], Field(max_length=10_000)] = Field(default_factory=list)
+    nudges: Count | None = None
+    check_exit_code: int | None = None
+    result_path: str | None = None
+
+    @field_validator("result_path")
+    @classmethod
+    def _result(cls, value: str | None) -> str | None:
+        if value is not None and value != RESULT_FILE:
+            raise ValueError(f"must be {RESULT_FILE!r}, the driver's only result file")
+        return value
+
+
+def read_agent_summary(run_dir: Path, now: datetime | None = None) -> dict[str, Any] | None:
+    """What the agent driver recorded, validated; None if absent or ignored.
+
+    An agent.json that cannot be trusted is ignored with a warning and, when
+    ``now`` is given, an ``agent_summary_ignored`` event naming what is wrong.
+    """
+    path = run_dir / SUMMARY_FILE
     try:
-        data = json.loads((run_dir / SUMMARY_FILE).read_text())
+        summary = parse_model(AgentSummary, read_bytes(path, SMALL_LIMIT), path)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
-        log.warning("%s: unreadable agent summary: %s", run_dir / SUMMARY_FILE, exc)
+    except UnreadableFile as exc:
+        log.warning("%s ignored: %s", path, exc.message)
+        if now is not None:
+            try:
+                append_event(run_dir, "agent_summary_ignored", now, detail=exc.message)
+            except OSError as err:
+                log.error("%s: cannot record that agent.json was ignored: %s", run_dir, err)
         return None
-    return data if isinstance(data, dict) else None
+    return summary.model_dump()
 
 
 def record_fields(agent: dict[str, Any]) -> dict[str, Any]:
-    """The JobRecord fields (session_id, usage, turns …) from an agent summary."""
+    """The JobRecord fields (session_id, usage, turns …) from a validated agent summary."""
     raw = agent.get("usage") or {}
-    usage = Usage(
-        **{k: raw.get(k) for k in Usage.model_fields if isinstance(raw.get(k), int | float)}
-    )
-    denials = agent.get("permission_denials") or []
+    usage = Usage(**{k: raw.get(k) for k in Usage.model_fields if raw.get(k) is not None})
     return {
         "session_id": agent.get("session_id"),
         "result_path": agent.get("result_path"),
         "usage": usage if usage.model_dump(exclude_none=True) else None,
         "turns": agent.get("turns"),
         "error_kind": agent.get("error_kind"),
-        "permission_denials": [str(d) for d in denials],
+        "permission_denials": list(agent.get("permission_denials") or []),
         "nudges": agent.get("nudges"),
     }

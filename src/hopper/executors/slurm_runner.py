@@ -435,7 +435,7 @@ class SlurmJobs:
                 signal=outcome.signal,
                 finished_at=finished,
             )
-        agent = read_agent_summary(job.run_dir)
+        agent = read_agent_summary(job.run_dir, now)
         if agent is not None:
             job.record = job.record.model_copy(update=record_fields(agent))
             refined = final_reason(reason, agent)

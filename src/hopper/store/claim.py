@@ -28,6 +28,7 @@ from hopper.faults import crash_point
 from hopper.store.atomic import write_atomic
 from hopper.store.jobfile import CLAIM_FILE, PROMPT_FILE
 from hopper.store.layout import Layout
+from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_json
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,11 @@ def _discard(run_dir: Path) -> None:
 
 
 def read_claim(run_dir: Path) -> dict[str, str] | None:
+    """claim.json's string fields, or None if it is missing or unreadable (read safely)."""
     try:
-        data = json.loads((run_dir / CLAIM_FILE).read_bytes())
-    except (FileNotFoundError, json.JSONDecodeError):
+        data = read_json(run_dir / CLAIM_FILE, SMALL_LIMIT)
+    except (FileNotFoundError, UnreadableFile):
         return None
-    return data if isinstance(data, dict) else None
+    if not isinstance(data, dict):
+        return None
+    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}

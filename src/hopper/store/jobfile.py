@@ -9,11 +9,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from hopper.core.record import ExitStatus, JobRecord, Resources
 from hopper.errors import JobFileCorrupt
 from hopper.store.atomic import append_line, write_atomic
+from hopper.store.saferead import (
+    RECORD_LIMIT,
+    SMALL_LIMIT,
+    UnreadableFile,
+    read_model,
+)
 
 JOB_FILE = "job.json"
 EXIT_FILE = "exit.json"
@@ -26,17 +30,28 @@ RESOURCES_FILE = "resources.json"  # live figures from the supervisor
 
 
 def read_record(run_dir: Path) -> JobRecord:
-    """The job record; raises FileNotFoundError or :class:`JobFileCorrupt`."""
+    """The job record; raises FileNotFoundError or :class:`JobFileCorrupt`.
+
+    Read safely (store/saferead.py): a FIFO, a link, a huge or unreadable
+    job.json is a :class:`JobFileCorrupt`, never a hang or another exception.
+    """
     path = run_dir / JOB_FILE
-    data = path.read_bytes()
     try:
-        return JobRecord.model_validate_json(data)
-    except ValidationError as exc:
-        raise JobFileCorrupt(
-            f"not a valid job record: {exc.errors()[0]['msg']}",
-            path=path,
-            hint="hopper writes this file atomically; was it edited by hand?",
-        ) from None
+        return read_model(JobRecord, path, RECORD_LIMIT, hint=_RECORD_HINT)
+    except UnreadableFile as exc:
+        raise _corrupt(exc, "not a valid job record") from None
+
+
+_RECORD_HINT = "hopper writes this file atomically; was it edited by hand?"
+
+
+def _corrupt(exc: UnreadableFile, what: str) -> JobFileCorrupt:
+    message = exc.message
+    if (
+        exc.problem == "invalid"
+    ):  # "not a valid JobRecord: field: msg" -> "not a valid job record: …"
+        message = f"{what}: {message.partition(': ')[2]}"
+    return JobFileCorrupt(message, path=exc.path, hint=exc.hint)
 
 
 def write_record(run_dir: Path, record: JobRecord, *, durable: bool = True) -> None:
@@ -46,24 +61,30 @@ def write_record(run_dir: Path, record: JobRecord, *, durable: bool = True) -> N
 
 
 def read_exit(run_dir: Path) -> ExitStatus | None:
-    """What the supervisor recorded, or None if it has not (yet)."""
+    """What the supervisor recorded, or None if it has not (yet).
+
+    Raises :class:`JobFileCorrupt` when exit.json is there but is not a
+    regular file holding a valid exit record (a job can write into its run
+    directory); the message says which.
+    """
     try:
-        data = (run_dir / EXIT_FILE).read_bytes()
+        return read_model(ExitStatus, run_dir / EXIT_FILE, SMALL_LIMIT, hint=_EXIT_HINT)
     except FileNotFoundError:
         return None
-    try:
-        return ExitStatus.model_validate_json(data)
-    except ValidationError as exc:
-        raise JobFileCorrupt(
-            f"not a valid exit record: {exc.errors()[0]['msg']}", path=run_dir / EXIT_FILE
-        ) from None
+    except UnreadableFile as exc:
+        raise _corrupt(exc, "not a valid exit record") from None
+
+
+_EXIT_HINT = (
+    "exit.json is written by the job's supervisor; a job that writes its own is not trusted"
+)
 
 
 def read_resources(run_dir: Path) -> Resources | None:
     """The supervisor's latest measurement of the job's tree, or None (none yet, or torn)."""
     try:
-        return Resources.model_validate_json((run_dir / RESOURCES_FILE).read_bytes())
-    except (OSError, ValidationError):
+        return read_model(Resources, run_dir / RESOURCES_FILE, SMALL_LIMIT)
+    except (OSError, UnreadableFile):
         return None
 
 

@@ -15,16 +15,19 @@ priority, appends a ``priority_changed`` event, and removes the request.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
 from hopper.core.schedule import Pause
 from hopper.store.atomic import write_atomic
 from hopper.store.layout import Layout
+from hopper.store.saferead import UnreadableFile, read_bytes
 
 PAUSE_FILE = "PAUSE"
 PRIORITY_FILE = "PRIORITY"
 PRIORITY_RANGE = (-1000, 1000)
+PRIORITY_LIMIT = 64  # bytes: "-1000\n" with room to spare; never more is read
 
 
 class BadGroup(ValueError):
@@ -68,9 +71,13 @@ def take_priority_request(run_dir: Path) -> int | str | None:
     except FileNotFoundError:
         return None
     try:
-        text = taken.read_text(encoding="utf-8", errors="replace").strip()
+        text = read_bytes(taken, PRIORITY_LIMIT).decode("utf-8", errors="replace").strip()
+    except FileNotFoundError:
+        return None  # taken by another reader meanwhile
+    except UnreadableFile as exc:
+        return f"PRIORITY {exc.message} (write it with: hopper priority ID N)"
     finally:
-        taken.unlink(missing_ok=True)
+        _remove(taken)
     try:
         value = int(text)
     except ValueError:
@@ -79,3 +86,15 @@ def take_priority_request(run_dir: Path) -> int | str | None:
     if not low <= value <= high:
         return f"priority {value} is outside {low}..{high}"
     return value
+
+
+def _remove(path: Path) -> None:
+    """Unlink a taken request, whatever was planted there (a directory too)."""
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        shutil.rmtree(path, ignore_errors=True)
+    except OSError:
+        pass  # left behind; the next request renames over it
