@@ -1,7 +1,11 @@
 """Environments for running the real agent CLIs offline against tests/modelserver.py.
 
-* ``claude_bin()`` / ``codex_bin()`` — the pinned binaries installed by
-  ``scripts/install-agents`` under ``tools/agents/node_modules/.bin``, or None.
+* ``claude_bin(version)`` / ``codex_bin(version)`` — a binary installed by
+  ``scripts/install-agents`` under ``tools/agents/node_modules``, or None; no
+  version = the pinned one. ``CLAUDE_VERSIONS`` / ``CODEX_VERSIONS`` are every
+  version tools/agents/package.json installs (the pinned one first, then the
+  oldest supported, installed under npm aliases such as ``claude-code-2.1.197``).
+  Bin names collide, so each version's binary is found by its package directory.
 * ``claude_env(home, url)`` — env for ``claude -p``: an isolated HOME, the local
   server as ANTHROPIC_BASE_URL, a dummy key, no non-essential traffic, no
   auto-updater, IS_SANDBOX=1 (lets root use ``--permission-mode
@@ -16,11 +20,16 @@ so a developer's real keys and config never leak into a test run.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-AGENTS_BIN = REPO / "tools" / "agents" / "node_modules" / ".bin"
+AGENTS_DIR = REPO / "tools" / "agents"
+AGENTS_MODULES = AGENTS_DIR / "node_modules"
+CLAUDE_PACKAGE = "@anthropic-ai/claude-code"
+CODEX_PACKAGE = "@openai/codex"
+BIN_IN_PACKAGE = {CLAUDE_PACKAGE: "bin/claude.exe", CODEX_PACKAGE: "bin/codex.js"}
 
 CLAUDE_KEY = "sk-ant-test-offline"
 CODEX_KEY_VAR = "HOPPER_TEST_MODEL_KEY"
@@ -30,17 +39,34 @@ CODEX_PROVIDER = "hopper_test"
 CODEX_MODEL = "gpt-5.5"
 
 
-def _bin(name: str) -> str | None:
-    p = AGENTS_BIN / name
+def _versions(package: str) -> dict[str, str]:
+    """version -> package directory under node_modules, from tools/agents/package.json."""
+    deps = json.loads((AGENTS_DIR / "package.json").read_text())["dependencies"]
+    found: dict[str, str] = {}
+    for key, spec in deps.items():
+        if key == package:
+            found = {spec: key, **found}  # the pinned version first
+        elif spec.startswith(f"npm:{package}@"):
+            found[spec.rsplit("@", 1)[1]] = key
+    return found
+
+
+CLAUDE_VERSIONS = _versions(CLAUDE_PACKAGE)
+CODEX_VERSIONS = _versions(CODEX_PACKAGE)
+
+
+def _bin(package: str, versions: dict[str, str], version: str | None) -> str | None:
+    directory = versions[version] if version else next(iter(versions.values()))
+    p = AGENTS_MODULES / directory / BIN_IN_PACKAGE[package]
     return str(p) if p.exists() and os.access(p, os.X_OK) else None
 
 
-def claude_bin() -> str | None:
-    return _bin("claude")
+def claude_bin(version: str | None = None) -> str | None:
+    return _bin(CLAUDE_PACKAGE, CLAUDE_VERSIONS, version)
 
 
-def codex_bin() -> str | None:
-    return _bin("codex")
+def codex_bin(version: str | None = None) -> str | None:
+    return _bin(CODEX_PACKAGE, CODEX_VERSIONS, version)
 
 
 def _base_env(home: Path) -> dict[str, str]:

@@ -9,8 +9,26 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents_env import claude_bin, claude_env, codex_bin, codex_env
+from agents_env import (
+    CLAUDE_VERSIONS,
+    CODEX_VERSIONS,
+    claude_bin,
+    claude_env,
+    codex_bin,
+    codex_env,
+)
 from conftest import FAST_CONFIG
+
+# The version matrix: each installed CLI version as "agent@version" (pinned first).
+CLAUDES = [f"claude@{v}" for v in CLAUDE_VERSIONS]
+CODEXES = [f"codex@{v}" for v in CODEX_VERSIONS]
+MATRIX = CLAUDES + CODEXES
+
+
+def versioned(agent_at: str) -> tuple[str, dict[str, str]]:
+    """``"claude@2.1.197"`` -> ``("claude", {"claude_version": "2.1.197"})`` for agent_config."""
+    agent, _, version = agent_at.partition("@")
+    return agent, ({f"{agent}_version": version} if version else {})
 
 
 def _value(v: Any) -> str:
@@ -27,9 +45,14 @@ def agent_config(
     url: str,
     *,
     claude_retries: int = 0,
+    claude_version: str | None = None,
+    codex_version: str | None = None,
     **tables: dict[str, Any],
 ) -> dict[str, dict[str, str]]:
-    """Write the config: fast timings, [agents.claude] and [agents.codex] for the server."""
+    """Write the config: fast timings, [agents.claude] and [agents.codex] for the server.
+
+    ``claude_version`` / ``codex_version`` pick an installed CLI version (default: pinned).
+    """
     home = tmp_path / "agent-home"
     envs = {
         "claude": claude_env(home, url, max_retries=claude_retries),
@@ -37,11 +60,15 @@ def agent_config(
     }
     base: dict[str, dict[str, Any]] = {
         "claude": {
-            "bin": claude_bin(),
+            "bin": claude_bin(claude_version),
             "permission_mode": "bypassPermissions",
             "retry_backoff": "0.1s",
         },
-        "codex": {"bin": codex_bin(), "sandbox": "workspace-write", "retry_backoff": "0.1s"},
+        "codex": {
+            "bin": codex_bin(codex_version),
+            "sandbox": "workspace-write",
+            "retry_backoff": "0.1s",
+        },
     }
     for name, extra in tables.items():
         base.setdefault(name, {}).update(extra)

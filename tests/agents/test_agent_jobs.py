@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agentjobs import agent_config, prompt
+from agentjobs import MATRIX, agent_config, prompt, versioned
 
 from conftest import Watchers, drop, wait_for
 from hopper.core.states import JobState, Reason
@@ -42,9 +42,9 @@ def events(run_dir: Path) -> list[str]:
     return [e["event"] for e in read_events(run_dir)]
 
 
-@pytest.mark.parametrize("agent", ["claude", "codex"])
+@pytest.mark.parametrize("agent_at", MATRIX)
 def test_tool_call_creates_file_and_succeeds(
-    agent: str,
+    agent_at: str,
     layout: Layout,
     hopper: Hopper,
     config_file: Path,
@@ -52,7 +52,8 @@ def test_tool_call_creates_file_and_succeeds(
     srv: ModelServer,
     work: Path,
 ) -> None:
-    agent_config(config_file, tmp_path, srv.url)
+    agent, versions = versioned(agent_at)
+    agent_config(config_file, tmp_path, srv.url, **versions)
     srv.script([tool("touch made.txt"), text("Created made.txt.")])
     drop(layout, "make", prompt(agent, "Create made.txt", workdir=str(work)))
     started = time.monotonic()
@@ -98,9 +99,9 @@ def test_claude_denied_tools_fail_permission_denied(
     assert not (work / "made.txt").exists()
 
 
-@pytest.mark.parametrize("agent", ["claude", "codex"])
+@pytest.mark.parametrize("agent_at", MATRIX)
 def test_session_second_prompt_carries_first_exchange(
-    agent: str,
+    agent_at: str,
     layout: Layout,
     hopper: Hopper,
     config_file: Path,
@@ -108,7 +109,8 @@ def test_session_second_prompt_carries_first_exchange(
     srv: ModelServer,
     work: Path,
 ) -> None:
-    agent_config(config_file, tmp_path, srv.url)
+    agent, versions = versioned(agent_at)
+    agent_config(config_file, tmp_path, srv.url, **versions)
     srv.script([text("First answer."), text("Second answer.")])
     drop(layout, "a-first", prompt(agent, "First prompt", workdir=str(work), session="talk"))
     drop(layout, "b-second", prompt(agent, "Second prompt", workdir=str(work), session="talk"))
@@ -185,9 +187,9 @@ def test_rate_limit_is_retried_then_succeeds(
     assert len(srv.model_requests()) == 2
 
 
-@pytest.mark.parametrize("agent", ["claude", "codex"])
+@pytest.mark.parametrize("agent_at", MATRIX)
 def test_auth_error_fails_fast_without_retry(
-    agent: str,
+    agent_at: str,
     layout: Layout,
     hopper: Hopper,
     config_file: Path,
@@ -195,7 +197,8 @@ def test_auth_error_fails_fast_without_retry(
     srv: ModelServer,
     work: Path,
 ) -> None:
-    agent_config(config_file, tmp_path, srv.url)
+    agent, versions = versioned(agent_at)
+    agent_config(config_file, tmp_path, srv.url, **versions)
     srv.script([error(401, times=10)])
     drop(layout, "noauth", prompt(agent, "hi", workdir=str(work)))
     started = time.monotonic()

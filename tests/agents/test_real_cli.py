@@ -1,7 +1,9 @@
 """The real Claude Code and Codex CLIs, offline, against the scripted model server.
 
-Binaries come from scripts/install-agents (tools/agents/node_modules/.bin). When
-they are missing these tests fail (not skip): CI installs them.
+Binaries come from scripts/install-agents (tools/agents/node_modules). When
+they are missing these tests fail (not skip): CI installs them. The tests where
+CLI versions differ (a tool call, a 401, resuming a session) run against every
+installed version (``claude_any`` / ``codex_any``: pinned and oldest supported).
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agents_env import claude_bin, claude_env, codex_bin, codex_env
+from agents_env import (
+    CLAUDE_VERSIONS,
+    CODEX_VERSIONS,
+    claude_bin,
+    claude_env,
+    codex_bin,
+    codex_env,
+)
 from modelserver import ModelServer, error, last_user_text, text, tool
 
 TIMEOUT = 30  # per CLI run; each normally takes well under 2 s
@@ -40,6 +49,22 @@ def codex() -> str:
     path = codex_bin()
     if path is None:
         pytest.fail(f"{INSTALL_HINT} (missing tools/agents/node_modules/.bin/codex)")
+    return path
+
+
+@pytest.fixture(params=list(CLAUDE_VERSIONS), ids=lambda v: f"claude-{v}")
+def claude_any(request: pytest.FixtureRequest) -> str:
+    path = claude_bin(request.param)
+    if path is None:
+        pytest.fail(f"{INSTALL_HINT} (missing Claude Code {request.param})")
+    return path
+
+
+@pytest.fixture(params=list(CODEX_VERSIONS), ids=lambda v: f"codex-{v}")
+def codex_any(request: pytest.FixtureRequest) -> str:
+    path = codex_bin(request.param)
+    if path is None:
+        pytest.fail(f"{INSTALL_HINT} (missing Codex {request.param})")
     return path
 
 
@@ -123,11 +148,11 @@ def test_claude_plain_text(claude: str, srv: ModelServer, tmp_path: Path, work: 
 
 
 def test_claude_bash_tool_creates_file(
-    claude: str, srv: ModelServer, tmp_path: Path, work: Path
+    claude_any: str, srv: ModelServer, tmp_path: Path, work: Path
 ) -> None:
     srv.script([tool("touch made.txt"), text("Created made.txt.")])
     proc, events = run(
-        claude_cmd(claude, "--permission-mode", "bypassPermissions", "Create made.txt"),
+        claude_cmd(claude_any, "--permission-mode", "bypassPermissions", "Create made.txt"),
         work,
         claude_env(tmp_path / "home", srv.url),  # IS_SANDBOX=1: root may bypass
     )
@@ -153,16 +178,21 @@ def test_claude_bash_tool_creates_file(
     )
 
 
-def test_claude_401_fails_fast(claude: str, srv: ModelServer, tmp_path: Path, work: Path) -> None:
+def test_claude_401_fails_fast(
+    claude_any: str, srv: ModelServer, tmp_path: Path, work: Path
+) -> None:
     srv.script([error(401, times=5)])
     start = time.monotonic()
-    proc, events = run(claude_cmd(claude, "hi"), work, claude_env(tmp_path / "home", srv.url))
+    proc, events = run(claude_cmd(claude_any, "hi"), work, claude_env(tmp_path / "home", srv.url))
     assert proc.returncode == 1, describe(proc)
     assert time.monotonic() - start < 10
     result = only(events, "result")
     assert result["is_error"] is True
     assert result["api_error_status"] == 401
-    assert result["terminal_reason"] == "api_error"
+    # 2.1.197 reports a failed API call as terminal_reason "completed" (is_error and
+    # api_error_status are what hopper judges on, in every version)
+    old = "claude-code-2.1.197" in claude_any
+    assert result["terminal_reason"] == ("completed" if old else "api_error")
     assert len(srv.model_requests()) == 1  # CLAUDE_CODE_MAX_RETRIES=0: no retry
 
 
@@ -182,15 +212,15 @@ def test_claude_429_then_success(claude: str, srv: ModelServer, tmp_path: Path, 
 
 
 def test_claude_resume_carries_first_exchange(
-    claude: str, srv: ModelServer, tmp_path: Path, work: Path
+    claude_any: str, srv: ModelServer, tmp_path: Path, work: Path
 ) -> None:
     srv.script([text("First answer."), text("Second answer.")])
     env = claude_env(tmp_path / "home", srv.url)
     sid = str(uuid.uuid4())
-    proc, events = run(claude_cmd(claude, "--session-id", sid, "First prompt"), work, env)
+    proc, events = run(claude_cmd(claude_any, "--session-id", sid, "First prompt"), work, env)
     assert proc.returncode == 0, describe(proc)
     assert only(events, "result")["session_id"] == sid
-    proc, events = run(claude_cmd(claude, "--resume", sid, "Second prompt"), work, env)
+    proc, events = run(claude_cmd(claude_any, "--resume", sid, "Second prompt"), work, env)
     assert proc.returncode == 0, describe(proc)
     result = only(events, "result")
     assert result["session_id"] == sid and result["result"] == "Second answer."
@@ -261,11 +291,11 @@ def test_codex_plain_text(codex: str, srv: ModelServer, tmp_path: Path, work: Pa
 
 
 def test_codex_shell_tool_creates_file(
-    codex: str, srv: ModelServer, tmp_path: Path, work: Path
+    codex_any: str, srv: ModelServer, tmp_path: Path, work: Path
 ) -> None:
     srv.script([tool("touch made.txt"), text("Created made.txt.")])
     proc, events = run(
-        codex_cmd(codex, "-s", "workspace-write", "Create made.txt"),
+        codex_cmd(codex_any, "-s", "workspace-write", "Create made.txt"),
         work,
         codex_env(tmp_path / "home", srv.url),
     )
@@ -281,9 +311,11 @@ def test_codex_shell_tool_creates_file(
     assert len(outputs) == 1
 
 
-def test_codex_401_turn_failed(codex: str, srv: ModelServer, tmp_path: Path, work: Path) -> None:
+def test_codex_401_turn_failed(
+    codex_any: str, srv: ModelServer, tmp_path: Path, work: Path
+) -> None:
     srv.script([error(401, times=5)])
-    proc, events = run(codex_cmd(codex, "hi"), work, codex_env(tmp_path / "home", srv.url))
+    proc, events = run(codex_cmd(codex_any, "hi"), work, codex_env(tmp_path / "home", srv.url))
     assert proc.returncode == 1, describe(proc)
     failed = only(events, "turn.failed")
     assert "401" in failed["error"]["message"]
@@ -306,14 +338,14 @@ def test_codex_429_then_success(codex: str, srv: ModelServer, tmp_path: Path, wo
 
 
 def test_codex_resume_carries_first_exchange(
-    codex: str, srv: ModelServer, tmp_path: Path, work: Path
+    codex_any: str, srv: ModelServer, tmp_path: Path, work: Path
 ) -> None:
     srv.script([text("First answer."), text("Second answer.")])
     env = codex_env(tmp_path / "home", srv.url)
-    proc, events = run(codex_cmd(codex, "First prompt"), work, env)
+    proc, events = run(codex_cmd(codex_any, "First prompt"), work, env)
     assert proc.returncode == 0, describe(proc)
     thread_id = events[0]["thread_id"]
-    proc, events = run(codex_cmd(codex, "resume", thread_id, "Second prompt"), work, env)
+    proc, events = run(codex_cmd(codex_any, "resume", thread_id, "Second prompt"), work, env)
     assert proc.returncode == 0, describe(proc)
     assert events[0] == {"type": "thread.started", "thread_id": thread_id}
     body = srv.model_requests()[1].body
