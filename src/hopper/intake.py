@@ -123,6 +123,12 @@ class Intake:
             lookup(self.agents, record.agent)
         except UnknownAgent as exc:
             return self.reject(run_dir, record, Reason.UNKNOWN_AGENT, f"{claimed.inbox_rel}: {exc}")
+        if record.agent == "bash":
+            try:
+                prompts.refuse_agent_only_keys(spec.options)
+            except BadPrompt as exc:
+                detail = exc.describe(claimed.inbox_rel)
+                return self.reject(run_dir, record, Reason.BAD_PROMPT, detail)
         # Not fsynced: if a power cut loses it, prompt.md and claim.json are still
         # there and recovery completes the claim; the running record is durable.
         write_record(run_dir, record, durable=False)

@@ -152,6 +152,7 @@ class Runner:
             memory_max=record.memory_max_bytes,
             output_max=record.output_max_bytes,
             sample_interval=self.config.sample_interval,
+            idle_timeout=prep.idle_timeout,
         )
         try:
             proc = spawn.launch(run_dir, launch, self.pool)

@@ -29,6 +29,9 @@ class Preparation:
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # run-dir name -> content
     stop_signals: list[int] = field(default_factory=lambda: [15])
+    # The supervisor ends the job after this long without output (reason idle_timeout);
+    # None for driver-run agents, whose driver judges idleness from the stream.
+    idle_timeout: float | None = None
 
 
 class Agent(Protocol):

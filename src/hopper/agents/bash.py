@@ -20,4 +20,5 @@ class BashAgent:
             argv=["bash", "--noprofile", "--norc", str(path)],
             files={SCRIPT_FILE: script},
             stop_signals=[signal.SIGTERM],
+            idle_timeout=job.spec.idle_timeout_seconds,
         )

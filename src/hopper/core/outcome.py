@@ -43,6 +43,8 @@ def classify(status: ExitStatus, stop_requested: Reason | None) -> Outcome:
             Reason.OUTPUT_LIMIT,
             f"stopped: it wrote more than output_max to job.log{_written(status)}",
         )
+    if status.limit == "idle":
+        return Outcome(Reason.IDLE_TIMEOUT, "stopped: it wrote nothing to job.log for idle_timeout")
     if stop_requested is Reason.ABORTED:
         return Outcome(Reason.ABORTED, "stopped: an ABORT marker was found")
     if stop_requested is Reason.SHUTDOWN:

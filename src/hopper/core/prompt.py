@@ -309,6 +309,23 @@ def _key_line(key: str, fm_lines: list[str]) -> int | None:
     return None
 
 
+def refuse_agent_only_keys(options: PromptOptions) -> None:
+    """A bash job cannot be nudged: ``check``, ``max_nudges``, ``on_idle = "nudge"`` are
+    refused (BadPrompt) rather than silently ignored."""
+    for key, given in (
+        ("check", options.check is not None),
+        ("max_nudges", options.max_nudges is not None),
+        ("on_idle", options.on_idle == "nudge"),
+    ):
+        if given:
+            raise BadPrompt(
+                f"key {key!r} is for agent jobs (a failed check or an idle agent is nudged "
+                "to go on); a bash job cannot be nudged",
+                hint="end the script with the check instead (its exit status decides), "
+                'or use idle_timeout with on_idle = "abort"',
+            )
+
+
 def bash_script(spec: PromptSpec) -> str:
     """The script of a bash job: the first ```bash (or ```sh) block, else the whole body."""
     match = _BASH_BLOCK.search(spec.body)

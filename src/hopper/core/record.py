@@ -169,8 +169,10 @@ class ExitStatus(BaseModel):
     timed_out: bool = False
     stop_signal_sent: bool = False
     leftovers_killed: int = 0
-    limit: Literal["memory", "output"] | None = Field(
-        None, description="the limit that made the supervisor end the tree, if one did"
+    limit: Literal["memory", "output", "idle"] | None = Field(
+        None,
+        description="the limit that made the supervisor end the tree, if one did "
+        "(idle: job.log did not grow for idle_timeout)",
     )
     resources: Resources | None = None
     error: str | None = None

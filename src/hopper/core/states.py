@@ -35,7 +35,7 @@ class Reason(StrEnum):
     LOST = "lost"  # process gone and no exit status was ever recorded
     AGENT_ERROR = "agent_error"  # the agent reported an error (job.json error_kind says which)
     CHECK_FAILED = "check_failed"  # the check still failed after max_nudges nudges
-    IDLE_TIMEOUT = "idle_timeout"  # the agent printed nothing for idle_timeout
+    IDLE_TIMEOUT = "idle_timeout"  # the job (bash or agent) printed nothing for idle_timeout
     MEMORY_LIMIT = "memory_limit"  # the process tree's RSS went past memory_max
     OUTPUT_LIMIT = "output_limit"  # job.log grew past output_max
     DEPENDENCY_FAILED = "dependency_failed"  # a job named in `after` failed or was aborted

@@ -33,6 +33,7 @@ class LaunchSpec:
     memory_max: int | None = None  # bytes of RSS for the whole tree; None: no limit
     output_max: int | None = None  # bytes of job.log; None: no limit
     sample_interval: float = 1.0  # seconds between measurements of the tree
+    idle_timeout: float | None = None  # job.log not growing this long ends the tree (bash)
 
 
 class SpawnFailed(OSError):

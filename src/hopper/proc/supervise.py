@@ -27,8 +27,12 @@ Every ``sample_interval`` it measures the tree (CPU, RSS, job.log growth; see
 heartbeat, and ends the tree the same way as a stop when its RSS passes
 ``memory_max`` or job.log passes ``output_max`` (checked every
 ``OUTPUT_CHECK``); ``exit.json`` then names the ``limit`` and carries the
-final figures. An output limit ends the tree with SIGKILL at once: a writer
-that ignores SIGTERM would otherwise keep writing through the grace period.
+final figures. With ``idle_timeout`` (bash jobs; an agent's driver judges
+idleness from its stream itself) a job.log that has not grown for that long,
+measured through the same descriptor, ends the tree like a timeout (stop
+signals, grace, SIGKILL) with ``limit = "idle"``. An output limit ends the
+tree with SIGKILL at once: a writer that ignores SIGTERM would otherwise keep
+writing through the grace period.
 
 Nothing the job can reach steers the supervisor's writes. Every file it
 writes is opened relative to a descriptor of the run directory taken at
@@ -110,7 +114,11 @@ class Supervisor:
         self.output_max = None if output_max is None else int(output_max)
         interval = _number(spec.get("sample_interval", 1.0))
         self.sample_interval = interval if interval else 1.0
-        self.limit: str | None = None  # "memory" or "output" once one made us stop the tree
+        idle = _number(spec.get("idle_timeout"))
+        self.idle_timeout = idle if idle else None  # 0 or absent: no idle limit
+        self.idle_size = -1  # job.log's size at the last idle check
+        self.active_at = 0.0  # monotonic time job.log last grew (or the job started)
+        self.limit: str | None = None  # "memory", "output" or "idle" once one stopped the tree
         self.log_start = 0  # job.log's size when the job started: output is what it adds
         self.cpu = 0.0
         self.rss = 0
@@ -359,6 +367,23 @@ class Supervisor:
             return "output"
         return None
 
+    def idle_check(self, now: float) -> bool:
+        """True once job.log has not changed size for ``idle_timeout`` (and say so)."""
+        assert self.idle_timeout is not None
+        try:
+            size = os.fstat(self.log_fd).st_size
+        except OSError:
+            size = self.idle_size
+        if size != self.idle_size:
+            self.idle_size, self.active_at = size, now
+            return False
+        if now - self.active_at < self.idle_timeout:
+            return False
+        self.safe_event(
+            "idle_timeout", idle_timeout_seconds=self.idle_timeout, output_bytes=self.output_bytes()
+        )
+        return True
+
     def safe_event(self, name: str, **fields: object) -> None:
         try:
             self.event(name, **fields)
@@ -455,9 +480,16 @@ class Supervisor:
         # (its final figures come from RUSAGE_CHILDREN).
         next_sample = time.monotonic() + self.sample_interval
         next_check = None if self.output_max is None else next_sample + OUTPUT_CHECK
+        next_idle, idle_step = None, 1.0
+        if self.idle_timeout is not None:
+            self.active_at = time.monotonic()
+            idle_step = min(1.0, max(0.05, self.idle_timeout / 10))
+            next_idle = self.active_at + idle_step
         while self.status is None:
             until = step_deadline if stop_steps is not None else deadline
-            checks = (next_sample,) if stop_steps is not None else (next_sample, next_check)
+            checks = (
+                (next_sample,) if stop_steps is not None else (next_sample, next_check, next_idle)
+            )
             sig = self.wait(_earliest(until, *checks))
             self.reap()
             if self.status is not None:
@@ -477,6 +509,10 @@ class Supervisor:
                 next_check = now + OUTPUT_CHECK
             if stop_steps is None and sig not in STOP_REQUESTS and (sampled or checked):
                 limit = self.over_limit()
+            if next_idle is not None and now >= next_idle:
+                next_idle = now + idle_step
+                if limit is None and stop_steps is None and sig not in STOP_REQUESTS:
+                    limit = "idle" if self.idle_check(now) else None
             begin_stop = stop_steps is None and (
                 sig in STOP_REQUESTS
                 or limit is not None
