@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import Watchers, wait_for
+from hopper.agents import npm
 from hopper.cli import doctor
+from hopper.cli.main import main
 from hopper.config import Config
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import JobRecord
@@ -181,20 +184,32 @@ def test_agents_found_missing_and_broken(tmp_path: Path) -> None:
         return bins[name]
 
     checks = doctor.check_agents(Config(default_agent="claude"), find=find)
-    assert statuses(checks) == {"agent claude": "ok", "agent codex": "warn"}
-    assert "2.0.1 (Claude Code)" in checks[0].message
-    assert "node: not found" in checks[1].message
+    assert statuses(checks) == {"agent bash": "ok", "agent claude": "ok", "agent codex": "warn"}
+    assert "2.0.1 (Claude Code)" in checks[1].message
+    assert "node: not found" in checks[2].message
 
     def missing(name: str, configured: str | None) -> str:
         raise BadPrompt(f"the {name} CLI is not installed")
 
+    # Not installed is a warning even for the default agent: bash jobs still run, and
+    # the fix is the one command that installs the CLIs for an installed hopper.
     checks = doctor.check_agents(Config(default_agent="codex"), find=missing)
-    assert statuses(checks) == {"agent claude": "warn", "agent codex": "fail"}
-    assert "default agent" in checks[1].message
-    assert "scripts/install-agents" in checks[1].fix
-    # bash needs no CLI: nothing fails when it is the default
+    assert statuses(checks) == {"agent bash": "ok", "agent claude": "warn", "agent codex": "warn"}
+    assert "default agent" in checks[2].message
+    assert checks[2].fix.startswith("hopper agents install")
     checks = doctor.check_agents(Config(default_agent="bash"), find=missing)
-    assert set(statuses(checks).values()) == {"warn"}
+    assert "fail" not in set(statuses(checks).values())
+
+
+def test_agents_without_bash_fails() -> None:
+    checks = doctor.check_agents(
+        Config(default_agent="bash"),
+        find=lambda n, c: "x",
+        version=lambda b: "1",
+        which=lambda n: None,
+    )
+    assert statuses(checks)["agent bash"] == "fail"
+    assert "bash jobs cannot run" in checks[0].message
 
 
 def test_custom_agent_missing_executable() -> None:
@@ -208,7 +223,7 @@ def test_custom_agent_missing_executable() -> None:
 def test_agents_real_lookup_runs() -> None:
     """The real find/--version path (the repo's pinned CLIs, if installed)."""
     checks = doctor.check_agents(Config(default_agent="bash"))
-    assert {c.name for c in checks} == {"agent claude", "agent codex"}
+    assert {c.name for c in checks} == {"agent bash", "agent claude", "agent codex"}
 
 
 # --- the watcher ----------------------------------------------------------------
@@ -329,3 +344,31 @@ def test_cli_json(layout: Layout, config_file: Path) -> None:
     checks = json.loads(result.stdout)
     assert {"name", "status", "message", "fix"} <= set(checks[0])
     assert {c["status"] for c in checks} <= {"ok", "warn"}
+
+
+def test_fresh_install_without_agent_clis_exits_0(
+    layout: Layout,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """No claude or codex anywhere (PATH holds only bash; nothing installed by hopper, no
+    checkout's tools/agents) and the default config (default agent claude): exit 0, and
+    the missing CLIs are named with the command that installs them."""
+    path = tmp_path / "path"
+    path.mkdir()
+    (path / "bash").symlink_to(shutil.which("bash") or "/bin/bash")
+    monkeypatch.setenv("PATH", str(path))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setattr(npm, "REPO_TOOLS", tmp_path / "no-tools")
+    monkeypatch.setattr(npm, "system_dir", lambda: tmp_path / "no-system")
+    empty = tmp_path / "empty.toml"
+    empty.write_text("")
+    code = main(["doctor", "--root", str(layout.root), "--config", str(empty)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert re.search(r"^ok\s+agent bash", out, re.M)
+    for name in ("claude", "codex"):
+        assert re.search(rf"^warn\s+agent {name}\s+the {name} CLI is not installed", out, re.M)
+    assert "(it is the default agent: so do prompts naming none)" in out
+    assert "fix: hopper agents install" in out

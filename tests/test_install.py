@@ -218,6 +218,29 @@ def test_user_rerun_is_idempotent_and_keeps_edits(user: Install) -> None:
     assert config.read_text().endswith("max_parallel = 2\n")
 
 
+def test_installed_doctor_without_agent_clis_exits_0(user: Install, tmp_path: Path) -> None:
+    """A fresh install: no claude or codex on PATH and none installed yet. doctor passes
+    (bash jobs run), names the missing CLIs and the command that installs them, and that
+    command works from the installed package (its npm manifest ships in the wheel)."""
+    path = tmp_path / "path"
+    path.mkdir()
+    (path / "bash").symlink_to(shutil.which("bash") or "/bin/bash")
+    env = {**user.env, "HOME": str(tmp_path), "PATH": str(path)}
+    root = tmp_path / "root"
+    for sub in ("inbox", "runs", "processed"):
+        (root / sub).mkdir(parents=True)
+    doctor = run([str(user.hopper), "doctor", "--root", str(root)], env)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "ok    agent bash" in doctor.stdout
+    assert "the claude CLI is not installed" in doctor.stdout
+    assert "fix: hopper agents install" in doctor.stdout
+    install = run([str(user.hopper), "agents", "install", "--dry-run"], env)
+    assert install.returncode == 0, install.stderr
+    prefix = tmp_path / ".local" / "share" / "hopper" / "agents"
+    assert f"$ npm ci --prefix {prefix}" in install.stdout
+    assert "@anthropic-ai/claude-code@" in install.stdout
+
+
 # --- the staged system install ------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import hopper
+from hopper.agents import npm
 from hopper.agents.base import JobContext, Preparation
 from hopper.agents.drive import SPEC_FILE
 from hopper.config import AgentConfig
@@ -24,23 +24,23 @@ from hopper.core.templates import expand_argv
 
 PROMPT_BODY_FILE = "prompt.body.md"
 DEFAULT_MAX_NUDGES = 2
-REPO = Path(hopper.__file__).resolve().parents[2]
-TOOLS_BIN = REPO / "tools" / "agents" / "node_modules" / ".bin"
 
 
 def find_binary(name: str, configured: str | None) -> str:
-    """The configured binary, else ``name`` on PATH, else the repo's pinned install."""
+    """The configured binary, else ``name`` on PATH, else one ``hopper agents install``
+    put in place (per user, beside hopper, or a checkout's tools/agents)."""
     if configured:
         return os.path.expanduser(configured)
     found = shutil.which(name)
     if found:
         return found
-    local = TOOLS_BIN / name
-    if local.exists():
-        return str(local)
+    for folder in npm.bin_dirs(os.environ):
+        local = folder / name
+        if local.exists():
+            return str(local)
     raise BadPrompt(
         f"agent {name!r}: the {name} CLI is not installed",
-        hint=f"install it (scripts/install-agents) or set [agents.{name}] bin in the config",
+        hint=f"install it: hopper agents install (or set [agents.{name}] bin in the config)",
     )
 
 

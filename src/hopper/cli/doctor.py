@@ -253,8 +253,21 @@ def check_agents(
     config: Config,
     find: Callable[[str, str | None], str] = find_binary,
     version: Callable[[str], str] = agent_version,
+    which: Callable[[str], str | None] = shutil.which,
 ) -> list[Check]:
-    checks: list[Check] = []
+    """bash must be there (the watcher serves bash jobs with nothing else installed);
+    a missing agent CLI is a warning naming the one command that installs it."""
+    bash = which("bash")
+    checks: list[Check] = [
+        ok("agent bash", f"{bash}: bash jobs can run")
+        if bash
+        else Check(
+            "agent bash",
+            "fail",
+            "bash is not on PATH: bash jobs cannot run",
+            "install bash, or put it on the watcher's PATH",
+        )
+    ]
     for name in AGENT_CLIS:
         table = config.agents.get(name)
         default = name == config.default_agent
@@ -264,10 +277,10 @@ def check_agents(
             checks.append(
                 Check(
                     f"agent {name}",
-                    "fail" if default else "warn",
-                    f"the {name} CLI is not installed"
-                    + (" and it is the default agent: prompts naming none fail" if default else ""),
-                    "scripts/install-agents (pinned, into tools/agents), "
+                    "warn",
+                    f"the {name} CLI is not installed: {name} jobs fail until it is"
+                    + (" (it is the default agent: so do prompts naming none)" if default else ""),
+                    "hopper agents install (the pinned CLIs, with npm, for this user), "
                     f"or set [agents.{name}] bin = PATH in the config",
                 )
             )
@@ -280,7 +293,7 @@ def check_agents(
                     f"agent {name}",
                     "fail" if default else "warn",
                     f"{binary} --version failed: {exc}",
-                    "reinstall it (scripts/install-agents); node must be on PATH",
+                    "reinstall it (hopper agents install); node must be on PATH",
                 )
             )
     for name, table in sorted(config.agents.items()):

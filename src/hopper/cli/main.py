@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from hopper import __version__
 from hopper.cli import (
     abort,
+    agents,
     config,
     demo,
     doctor,
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         schema,
         config,
         doctor,
+        agents,
         watchers,
     ):
         module.register(sub)
