@@ -115,7 +115,7 @@ def test_retry_never_follows_a_symlinked_prompt(layout: Layout, tmp_path: Path) 
 
 def test_retry_refuses_a_prompt_over_the_size_cap(layout: Layout) -> None:
     finished(layout, "big", JobState.FAILED, "x" * 100)
-    with pytest.raises(CannotResubmit, match="over 50 bytes"):
+    with pytest.raises(CannotResubmit, match="over the limit of 50 bytes"):
         resubmit(layout, "big", max_bytes=50)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import stat
 import tomllib
 from pathlib import Path, PurePosixPath
 
@@ -27,6 +26,7 @@ from hopper.store.atomic import fsync_dir
 from hopper.store.jobfile import PROMPT_FILE
 from hopper.store.layout import PROMPT_SUFFIX, Layout, inside
 from hopper.store.lookup import find_job
+from hopper.store.saferead import UnreadableFile, read_bytes
 
 DEFAULT_MAX_BYTES = 1 << 20
 _RETRY_OF_LINE = re.compile(r"""^\s*(?:retry_of|"retry_of"|'retry_of')\s*=""")
@@ -116,32 +116,15 @@ def _prompt_of(layout: Layout, record: JobRecord) -> Path:
 
 def _read_prompt(path: Path, max_bytes: int) -> bytes:
     """A regular file of at most ``max_bytes``; never follows a link, never blocks on a FIFO."""
+    hint = "submit the prompt again by hand: hopper submit FILE"
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
+        return read_bytes(path, max_bytes, hint=hint)
+    except FileNotFoundError:
+        raise CannotResubmit("the job's prompt vanished", path=path, hint=hint) from None
+    except UnreadableFile as exc:
         raise CannotResubmit(
-            f"cannot read the job's prompt: {exc.strerror}",
-            path=path,
-            hint="it must be a regular file hopper can read; submit it by hand otherwise",
+            f"cannot read the job's prompt: it {exc.message}", path=path, hint=hint
         ) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CannotResubmit(
-                "the job's prompt is not a regular file",
-                path=path,
-                hint="submit the prompt again by hand: hopper submit FILE",
-            )
-        data = os.read(fd, max_bytes + 1)
-    finally:
-        os.close(fd)
-    if len(data) > max_bytes:
-        raise CannotResubmit(
-            f"the job's prompt is over {max_bytes} bytes",
-            path=path,
-            hint="submit it by hand if it should run: hopper submit FILE",
-        )
-    return data
 
 
 def _inbox_folder(layout: Layout, record: JobRecord) -> Path:
