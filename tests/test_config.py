@@ -121,3 +121,38 @@ def test_missing_hopper_config_env_file(tmp_path: Path) -> None:
     missing = tmp_path / "env.toml"
     with pytest.raises(ConfigError, match="no such config file"):
         load_config(None, {"HOPPER_CONFIG": str(missing)})
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "fragment"),
+    [
+        ("kill_grace = nan", "kill_grace", "not a finite duration"),
+        ('kill_grace = "inf"', "kill_grace", "not a finite duration"),
+        ("retry_backoff = -1", "retry_backoff", "negative"),
+        ("timeout = inf", "timeout", "not a finite duration"),
+        ("timeout = 0", "timeout", "not more than 0"),
+        ("settle = 1e300", "settle", "longer than ten years"),
+        ("memory_max = inf", "memory_max", "not a finite size"),
+        ('output_max = "' + "9" * 400 + '"', "output_max", "more than 1 EiB"),
+        ("[agents.claude]\nretry_backoff = nan", "agents.claude.retry_backoff", "finite"),
+        ("[agents.claude]\nidle_timeout = 0", "agents.claude.idle_timeout", "more than 0"),
+        ('[routes."team"]\ntimeout = -inf', "routes.team.timeout", "finite"),
+    ],
+)
+def test_numbers_must_be_finite_naming_the_key(
+    tmp_path: Path, text: str, key: str, fragment: str
+) -> None:
+    """nan, inf, negatives (and 0 for timeouts) are refused with the key's name (issue 13)."""
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path), {})
+    assert f"key {key!r}" in err.value.message, err.value.message
+    assert fragment in err.value.message, err.value.message
+    assert "Value error" not in err.value.message
+    assert err.value.path == path
+
+
+def test_config_nested_too_deeply_is_a_config_error(tmp_path: Path) -> None:
+    path = write(tmp_path, "env = " + "[" * 1000 + "]" * 1000)
+    with pytest.raises(ConfigError, match="nested too deeply"):
+        load_config(str(path), {})

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST_CONFIG, bash, drop, hopper_cmd, wait_for
+from conftest import FAST_CONFIG, Watchers, bash, drop, hopper_cmd, wait_for
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState, Reason
+from hopper.intake import printable
 from hopper.store.inbox import MAX_DEPTH
 from hopper.store.jobfile import LOG_FILE, read_record
 from hopper.store.layout import Layout
@@ -149,6 +150,21 @@ def _unreadable(batch: Batch, inbox: Path, record: JobRecord | None) -> None:
     assert record.detail and "permission denied" in record.detail
 
 
+NON_UTF8 = os.fsdecode(b"caf\xe9-\xff.prompt.md")  # Latin-1 bytes: not a UTF-8 name
+
+
+def _after(n: int) -> str:
+    return "after = [" + ", ".join(f'"job-{i}"' for i in range(n)) + "]"
+
+
+def _rendered_safely(batch: Batch, inbox: Path, record: JobRecord | None) -> None:
+    assert record is not None
+    assert record.inbox_path == "inbox/caf\\xe9-\\xff.prompt.md"
+    assert record.name == "caf\\xe9-\\xff"
+    assert record.processed_path is not None
+    assert (batch.env.layout.root / record.processed_path).read_text() == bash("echo latin1")
+
+
 def deep_setup(env: Env) -> Path:
     sub = "/".join(f"d{i}" for i in range(20))
     return drop(env.layout, "deep", bash("echo deep"), sub=sub)
@@ -225,6 +241,13 @@ CASES: list[Case] = [
     Case("name-with-newline", text("new\nline", bash("echo newline")), OK),
     Case("unicode-name", text("ünïcödé 日本語 🚀", bash("echo unicode")), OK),
     Case("very-long-name", text("L" * 240, bash("echo long")), OK),  # 250-byte file name
+    Case(
+        "non-utf8-name",
+        make_inbox_entry(NON_UTF8, lambda p, e: p.write_text(bash("echo latin1"))),
+        BAD,
+        ("not valid UTF-8", "rename it to UTF-8"),
+        check=_rendered_safely,
+    ),
     Case("name-just-suffix", text("", bash("echo suffix")), IGNORED),  # ".prompt.md": a dot-name
     Case(
         "dot-file",
@@ -324,6 +347,28 @@ CASES: list[Case] = [
         (":3:", "'name'", "letters"),
     ),
     Case("bash-no-script", text("noscript", bash("")), BAD, ("no script",)),
+    Case(
+        "front-matter-arrays-1000-deep",
+        text("deeparr", "+++\nafter = " + "[" * 1000 + "]" * 1000 + "\n+++\necho\n"),
+        BAD,
+        (":2:", "nested too deeply"),
+    ),
+    Case(
+        "front-matter-tables-1000-deep",
+        text("deeptab", "+++\nenv = " + "{ a = " * 1000 + '"x"' + " }" * 1000 + "\n+++\necho\n"),
+        BAD,
+        (":2:", "nested too deeply"),
+    ),
+    Case(
+        "after-101-names",
+        text("after101", bash("echo", after="x").replace('after = "x"', _after(101))),
+        BAD,
+        (":3:", "'after'", "at most 100"),
+    ),
+    Case("timeout-nan", text("tnan", "+++\ntimeout = nan\n+++\necho\n"), BAD, (":2:", "finite")),
+    Case("timeout-inf", text("tinf", "+++\ntimeout = inf\n+++\necho\n"), BAD, (":2:", "finite")),
+    Case("timeout-zero", text("t0", "+++\ntimeout = 0\n+++\necho\n"), BAD, (":2:", "than 0")),
+    Case("timeout-neg", text("tneg", "+++\ntimeout = -1\n+++\necho\n"), BAD, (":2:", "negative")),
     # -- agents
     Case(
         "unknown-agent",
@@ -422,7 +467,7 @@ def test_case(case: Case, batch: Batch) -> None:
         pytest.skip(batch.skipped[case.id])
     layout = batch.env.layout
     path = batch.paths[case.id]
-    inbox_rel = layout.relative(path)
+    inbox_rel = printable(layout.relative(path))  # as records show a non-UTF-8 name
     record = batch.records.get(inbox_rel)
     if case.expect == IGNORED:
         assert record is None, record
@@ -572,3 +617,98 @@ def test_unclaimable_prompt_is_logged_once(layout: Layout, watchers, tmp_path: P
     finally:
         watchers.stop_all()
         subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_non_utf8_name_survives_claim_completion_after_a_crash(layout: Layout, watchers) -> None:
+    """Killed between the claim rename and job.json: the restarted watcher completes the
+    claim from claim.json (the name comes back with surrogate escapes) and files the
+    job as failed with a printable name, instead of crashing at every start."""
+    crashing = watchers.start(env={"HOPPER_CRASH_AT": "claim.after_rename"})
+    path = layout.inbox / NON_UTF8
+    path.write_text(bash("echo latin1"))
+    assert crashing.wait(timeout=20) == -9, "the watcher died at the crash point"
+    [run_dir] = [d for d in layout.runs.iterdir() if not d.name.startswith(".")]
+    assert not (run_dir / "job.json").exists(), "the claim was left half done"
+    proc = start_ready(layout, watchers)
+    wait_for(lambda: (run_dir / "job.json").exists(), what="the claim to be completed")
+    wait_for(
+        lambda: read_record(run_dir).state is JobState.FAILED, what="the job to be filed failed"
+    )
+    rec = read_record(run_dir)
+    assert rec.reason is Reason.BAD_PROMPT
+    assert rec.inbox_path == "inbox/caf\\xe9-\\xff.prompt.md"
+    assert rec.detail and "not valid UTF-8" in rec.detail
+    assert proc.poll() is None
+
+
+def _make_long_path(inbox: Path) -> tuple[int, str]:
+    """16 folders of 255-byte names below the inbox (within MAX_DEPTH, past PATH_MAX),
+    with a prompt at the bottom; built through directory fds (a path that long
+    cannot be passed to open(2)). Returns (the length of its path, its last folder)."""
+    name = "p" * 255
+    fd = os.open(inbox, os.O_RDONLY | os.O_DIRECTORY)
+    length = len(str(inbox))
+    try:
+        for _ in range(16):
+            os.mkdir(name, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+            length += 256
+        out = os.open("x.prompt.md", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(out, bash("echo too-long").encode())
+        os.close(out)
+    finally:
+        os.close(fd)
+    return length, name
+
+
+def test_inbox_path_longer_than_path_max_is_skipped_with_one_log_line(
+    layout: Layout, hopper
+) -> None:
+    length, _ = _make_long_path(layout.inbox)
+    assert length > os.pathconf("/", "PC_PATH_MAX")
+    drop(layout, "good", bash("echo good"))
+    result = hopper("run", "--until-idle", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    skips = [line for line in result.stderr.splitlines() if "skipping" in line]
+    assert len(skips) == 1, skips
+    assert "File name too long" in skips[0]
+    assert finished(layout, "good") is not None
+    assert [r.name for r in job_records(layout)] == ["good"]
+
+
+def _deep_tree(top: Path, depth: int) -> None:
+    """``top/d/d/…/d``, ``depth`` folders, made one at a time (os.makedirs recurses)."""
+    top.mkdir()
+    folder = top
+    for _ in range(depth):
+        folder = folder / "d"
+        folder.mkdir()
+
+
+def _claim_latency(layout: Layout, name: str) -> float:
+    started = time.monotonic()
+    path = drop(layout, name, bash(f"echo {name}"))
+    wait_for(lambda: not path.exists(), timeout=20, what=f"{name} to be claimed")
+    return time.monotonic() - started
+
+
+def test_a_directory_tree_1000_deep_keeps_inotify_alive(layout: Layout, tmp_path: Path) -> None:
+    """Rescans are 60 s apart here, so a claim within seconds proves inotify still works:
+    with a 1000-deep tree present at start (Observer.start raised RecursionError) and
+    with one created while the watcher runs (it killed the inotify thread)."""
+    config = tmp_path / "slow-rescan.toml"
+    config.write_text(FAST_CONFIG.replace('rescan_interval = "0.5s"', 'rescan_interval = "60s"'))
+    _deep_tree(layout.inbox / "before", 1000)
+    watchers = Watchers(layout, config)
+    try:
+        proc = start_ready(layout, watchers)
+        assert _claim_latency(layout, "first") < 5
+        _deep_tree(layout.inbox / "live", 1000)
+        assert _claim_latency(layout, "second") < 5
+        assert proc.poll() is None
+        wait_for(lambda: finished(layout, "second"), what="the second prompt to run")
+    finally:
+        watchers.stop_all()

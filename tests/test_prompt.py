@@ -302,9 +302,9 @@ env_name_st = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_]{0,30}\Z").filter(
     lambda k: not k.upper().startswith("HOPPER_")
 )
 duration_st = st.one_of(
-    st.integers(min_value=0, max_value=10**6),
-    st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False),
-    st.from_regex(r"\A[1-9][0-9]{0,3}(ms|s|m|h|d)\Z"),
+    st.integers(min_value=1, max_value=10**6),  # 0 is refused: a limit of 0 s fires at once
+    st.floats(min_value=0.001, max_value=1e6, allow_nan=False, allow_infinity=False),
+    st.from_regex(r"\A[1-9][0-9]{0,2}(ms|s|m|h|d)\Z"),  # at most ten years
 )
 
 
@@ -340,3 +340,84 @@ def test_render_then_parse_round_trips(
     spec = parse((rendered + "x" + body).encode())
     assert spec.options == PromptOptions(**options)  # type: ignore[arg-type]
     assert spec.has_front_matter == bool(options)
+
+
+# -- hostile front matter: depth, list caps, numbers (issue 13) ----------------------------
+
+
+def _fm(body: str) -> bytes:
+    return f"+++\n{body}\n+++\necho\n".encode()
+
+
+@pytest.mark.parametrize(
+    "front",
+    [
+        "after = " + "[" * 1000 + "]" * 1000,
+        "env = " + "{ a = " * 1000 + '"x"' + " }" * 1000,
+    ],
+    ids=["arrays-1000-deep", "inline-tables-1000-deep"],
+)
+def test_front_matter_nested_1000_deep_is_a_bad_prompt(front: str) -> None:
+    """tomllib recurses once per level: the RecursionError is a reason, not a crash."""
+    with pytest.raises(BadPrompt) as err:
+        parse(_fm(front))
+    assert "nested too deeply" in err.value.message
+    assert err.value.line == 2
+    assert "lists of strings" in err.value.hint
+
+
+def test_front_matter_nested_past_the_cap_names_the_depth() -> None:
+    with pytest.raises(BadPrompt, match="nested 9 levels deep"):
+        parse(_fm("after = " + "[" * 20 + "]" * 20))
+
+
+def test_after_is_capped() -> None:
+    names = ", ".join(f'"job-{i}"' for i in range(101))
+    with pytest.raises(BadPrompt) as err:
+        parse(_fm(f'agent = "bash"\nafter = [{names}]'))
+    assert "key 'after'" in err.value.message and "at most 100" in err.value.message
+    assert err.value.line == 3
+    ok = ", ".join(f'"job-{i}"' for i in range(100))
+    assert len(parse(_fm(f"after = [{ok}]")).options.after) == 100
+
+
+@pytest.mark.parametrize(
+    ("key", "front"),
+    [
+        ("check", "check = [" + ", ".join('"a"' for _ in range(257)) + "]"),
+        ("on_success", "on_success = [" + ", ".join('"a"' for _ in range(257)) + "]"),
+        ("env", "env = { " + ", ".join(f'K{i} = "v"' for i in range(257)) + " }"),
+    ],
+)
+def test_argv_and_env_are_capped(key: str, front: str) -> None:
+    with pytest.raises(BadPrompt) as err:
+        parse(_fm(front))
+    assert f"key {key!r}" in err.value.message and "at most 256" in err.value.message
+
+
+@pytest.mark.parametrize(
+    ("front", "fragment"),
+    [
+        ("timeout = nan", "not a finite duration"),
+        ("timeout = inf", "not a finite duration"),
+        ("timeout = -inf", "not a finite duration"),
+        ('timeout = "inf"', "not a finite duration"),
+        ('timeout = "NaN"', "not a finite duration"),
+        ("timeout = -5", "negative"),
+        ('timeout = "-5s"', "not a duration"),
+        ("timeout = 0", "not more than 0"),
+        ('timeout = "0s"', "not more than 0"),
+        ("timeout = 1e300", "longer than ten years"),
+        ("idle_timeout = nan", "not a finite duration"),
+        ("idle_timeout = 0", "not more than 0"),
+        ('memory_max = "' + "9" * 400 + '"', "more than 1 EiB"),
+        ('output_max = "99999999T"', "more than 1 EiB"),
+    ],
+)
+def test_numbers_must_be_finite_and_positive(front: str, fragment: str) -> None:
+    key = front.split(" ")[0]
+    with pytest.raises(BadPrompt) as err:
+        parse(_fm(front))
+    assert f"key {key!r}" in err.value.message, err.value.message
+    assert fragment in err.value.message, err.value.message
+    assert err.value.line == 2

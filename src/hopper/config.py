@@ -15,21 +15,35 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from hopper.core.durations import BadDuration, parse_duration
+from hopper.core.durations import BadDuration, parse_duration, parse_positive_duration
 from hopper.core.sizes import BadSize, parse_limit
 from hopper.errors import ConfigError
 
 
 def _seconds(value: object) -> object:
-    if isinstance(value, str):
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
         try:
-            return parse_duration(value)
+            return parse_duration(value)  # finite, not negative, at most a year
         except BadDuration as exc:
             raise ValueError(str(exc)) from None
     return value
 
 
-Seconds = Annotated[float, BeforeValidator(_seconds), Field(ge=0)]
+def _positive_seconds(value: object) -> object:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        try:
+            return parse_positive_duration(value)
+        except BadDuration as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
+# A duration ("90s", "45m", a number of seconds): finite, 0 or more.
+Seconds = Annotated[float, BeforeValidator(_seconds), Field(ge=0, allow_inf_nan=False)]
+# A limit that fires when reached (timeouts): more than 0; leave the key out for none.
+PositiveSeconds = Annotated[
+    float, BeforeValidator(_positive_seconds), Field(gt=0, allow_inf_nan=False)
+]
 
 
 def _limit(value: object) -> object:
@@ -60,7 +74,9 @@ class AgentConfig(BaseModel):
     model: str | None = None
     api_retries: int = Field(2, ge=0, le=20, description="reruns after rate_limit/network errors")
     retry_backoff: Seconds = Field(2.0, description="before the first rerun; doubles")
-    idle_timeout: Seconds | None = Field(None, description="no output for this long: on_idle")
+    idle_timeout: PositiveSeconds | None = Field(
+        None, description="no output for this long: on_idle"
+    )
     on_idle: Literal["abort", "nudge"] = Field(
         "abort", description="after idle_timeout: stop the job, or resume it with a nudge"
     )
@@ -149,7 +165,7 @@ class Route(BaseModel):
     ref: str | None = None
     group: str | None = None
     priority: int | None = None
-    timeout: Seconds | None = None
+    timeout: PositiveSeconds | None = None
     executor: Executor | None = None
 
 
@@ -172,7 +188,7 @@ class Config(BaseModel):
     default_agent: str = Field("claude", description="agent for prompts that name none")
     max_parallel: int = Field(4, ge=1, description="jobs running at once")
     workdir: str | None = Field(None, description="default working directory; else the run dir")
-    timeout: Seconds | None = Field(None, description="default wall-clock limit per job")
+    timeout: PositiveSeconds | None = Field(None, description="default wall-clock limit per job")
     kill_grace: Seconds = Field(10.0, description="between the stop signal and SIGKILL")
     memory_max: SizeLimit = Field(
         6 << 30, description="default limit on a job's process tree RSS (memory_limit); none: off"
@@ -257,6 +273,8 @@ def load_config(cli: str | None = None, env: Mapping[str, str] | None = None) ->
         ) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"not valid TOML: {exc}", path=path) from None
+    except RecursionError:
+        raise ConfigError("not valid TOML: nested too deeply", path=path) from None
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
@@ -267,4 +285,5 @@ def load_config(cli: str | None = None, env: Mapping[str, str] | None = None) ->
             raise ConfigError(
                 f"unknown key {key!r}", path=path, hint=f"known keys: {known}"
             ) from None
-        raise ConfigError(f"key {key!r}: {err['msg']}", path=path) from None
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"key {key!r}: {msg}", path=path) from None

@@ -51,6 +51,11 @@ def read_prompt(path: Path, limit: int) -> bytes:
         raise BadPrompt(exc.message, hint=hint if exc.problem == "too_big" else exc.hint) from None
 
 
+def printable(text: str) -> str:
+    """``text`` with the bytes of a non-UTF-8 file name (surrogate escapes) as ``\\xNN``."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 _PROMPT_HINT = (
     "hopper never follows links or reads special files; "
     "copy the prompt into the inbox as a plain file"
@@ -90,24 +95,35 @@ class Intake:
     def admit(self, claimed: Claimed) -> JobRecord:
         now = self.clock.now()
         run_dir = claimed.run_dir
+        # A name that is not UTF-8 arrives with surrogate escapes, which no
+        # JSON record can hold: records carry a printable rendering instead.
+        inbox_rel = printable(claimed.inbox_rel)
         append_event(
             run_dir,
             "claimed",
             now,
-            inbox_path=claimed.inbox_rel,
+            inbox_path=inbox_rel,
             host=self.ident.host,
             owner=self.ident.owner,
         )
         base = JobRecord(
             id=claimed.job_id,
-            name=prompt_stem(Path(claimed.inbox_rel).name),
+            name=prompt_stem(Path(inbox_rel).name),
             state=JobState.QUEUED,
             agent=self.config.default_agent,
             host=self.ident.host,
             owner=self.ident.owner,
-            inbox_path=claimed.inbox_rel,
+            inbox_path=inbox_rel,
             created_at=now,
         )
+        if inbox_rel != claimed.inbox_rel:
+            return self.reject(
+                run_dir,
+                base,
+                Reason.BAD_PROMPT,
+                f"{inbox_rel}: the file name is not valid UTF-8 (shown with \\x escapes; "
+                "the prompt is filed under that name); rename it to UTF-8 and submit it again",
+            )
         try:
             spec = prompts.parse(read_prompt(run_dir / PROMPT_FILE, self.config.max_prompt_bytes))
         except BadPrompt as exc:

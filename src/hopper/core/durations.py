@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import re
 
+MAX_SECONDS = 3660 * 86400.0  # ten years: past it a duration is a typo (and overflows waits)
+_NOT_FINITE = frozenset({"nan", "inf", "infinity"})
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 
@@ -13,24 +16,26 @@ class BadDuration(ValueError):
 
 
 def parse_duration(value: str | int | float) -> float:
-    """Seconds in ``value``; plain numbers are seconds. Raises :class:`BadDuration`."""
+    """Seconds in ``value``; plain numbers are seconds. Raises :class:`BadDuration`.
+
+    Zero is allowed here (some keys mean "at once" by it); NaN, infinities,
+    negatives and anything past :data:`MAX_SECONDS` (ten years) are not.
+    """
     if isinstance(value, bool):
         raise BadDuration(f"{value!r} is not a duration")
     if isinstance(value, int | float):
-        if value < 0:
-            raise BadDuration(f"{value!r} is negative")
-        return float(value)
+        return _checked(float(value), value)
     text = value.strip().replace(" ", "")
     if not text:
         raise BadDuration("empty duration")
+    if text.lower().lstrip("+-") in _NOT_FINITE:
+        raise BadDuration(f"{value!r} is not a finite duration (examples: 90s, 45m, 1h30m)")
     try:
         seconds = float(text)
     except ValueError:
         pass
     else:
-        if seconds < 0:
-            raise BadDuration(f"{value!r} is negative")
-        return seconds
+        return _checked(seconds, value)
     pos = 0
     total = 0.0
     for match in _PART.finditer(text):
@@ -40,7 +45,25 @@ def parse_duration(value: str | int | float) -> float:
         pos = match.end()
     if pos != len(text) or pos == 0:
         raise BadDuration(f"{value!r} is not a duration (examples: 90s, 45m, 1h30m)")
-    return total
+    return _checked(total, value)
+
+
+def parse_positive_duration(value: str | int | float) -> float:
+    """Like :func:`parse_duration`, but zero is refused too (a limit of 0 s fires at once)."""
+    seconds = parse_duration(value)
+    if seconds <= 0:
+        raise BadDuration(f"{value!r} is not more than 0 (leave the key out for no limit)")
+    return seconds
+
+
+def _checked(seconds: float, value: object) -> float:
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise BadDuration(f"{value!r} is not a finite duration (examples: 90s, 45m, 1h30m)")
+    if seconds < 0:
+        raise BadDuration(f"{value!r} is negative")
+    if seconds > MAX_SECONDS:
+        raise BadDuration(f"{value!r} is longer than ten years")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:

@@ -15,10 +15,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from hopper.core.durations import BadDuration, parse_duration
+from hopper.core.durations import BadDuration, parse_positive_duration
 from hopper.core.sizes import BadSize, parse_limit
 
 FENCE = "+++"
+# Caps on what one prompt may ask for. Every queued job's `after` is checked
+# on each scheduling pass: 90,000 names cost 30 % of a core (issue 13).
+MAX_AFTER = 100
+MAX_ARGV = 256  # check, on_success, on_failure, on_finish
+MAX_ENV = 256
+# Front matter is flat keys, lists of strings and one table of strings; a
+# value nested deeper than this is a mistake or an attack on the parser.
+MAX_NESTING = 8
 _TOML_LINE = re.compile(r"at line (\d+)")
 _BASH_BLOCK = re.compile(r"^```(?:bash|sh)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -83,7 +91,7 @@ class PromptOptions(BaseModel):
     def _duration(cls, value: str | int | float | None) -> str | int | float | None:
         if value is not None:
             try:
-                parse_duration(value)
+                parse_positive_duration(value)
             except BadDuration as exc:
                 raise ValueError(str(exc)) from None
         return value
@@ -103,6 +111,20 @@ class PromptOptions(BaseModel):
     def _check(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and not value:
             raise ValueError('must be a non-empty argv, e.g. ["pytest", "-q"]')
+        return value
+
+    @field_validator("check", "on_success", "on_failure", "on_finish")
+    @classmethod
+    def _argv(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(value) > MAX_ARGV:
+            raise ValueError(f"has {len(value)} arguments; at most {MAX_ARGV}")
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _env_size(cls, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > MAX_ENV:
+            raise ValueError(f"sets {len(value)} variables; at most {MAX_ENV}")
         return value
 
     @field_validator("env")
@@ -147,6 +169,11 @@ class PromptOptions(BaseModel):
     @field_validator("after")
     @classmethod
     def _after(cls, value: list[str]) -> list[str]:
+        if len(value) > MAX_AFTER:
+            raise ValueError(
+                f"names {len(value)} jobs; at most {MAX_AFTER} "
+                "(chain them: make one job wait for the others)"
+            )
         for ref in value:
             if not _NAME_OK.match(ref):
                 raise ValueError(f"{ref!r} is not a job name or id")
@@ -175,12 +202,12 @@ class PromptSpec:
     @property
     def timeout_seconds(self) -> float | None:
         t = self.options.timeout
-        return None if t is None else parse_duration(t)
+        return None if t is None else parse_positive_duration(t)
 
     @property
     def idle_timeout_seconds(self) -> float | None:
         t = self.options.idle_timeout
-        return None if t is None else parse_duration(t)
+        return None if t is None else parse_positive_duration(t)
 
     def limit_bytes(
         self, key: Literal["memory_max", "output_max"], default: int | None
@@ -246,7 +273,13 @@ def parse(data: bytes) -> PromptSpec:
 def _load_toml(text: str, closing_line: int) -> dict[str, Any]:
     """``text`` is the front matter; ``closing_line`` the file line of the closing +++."""
     try:
-        return tomllib.loads(text)
+        raw = tomllib.loads(text)
+    except RecursionError:
+        raise BadPrompt(
+            f"front matter is nested too deeply (at most {MAX_NESTING} levels)",
+            line=2,
+            hint='write keys as key = "value"; lists of strings, one table for env',
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         match = _TOML_LINE.search(message)
@@ -261,6 +294,29 @@ def _load_toml(text: str, closing_line: int) -> dict[str, Any]:
             line=line,
             hint='write keys as key = "value"',
         ) from None
+    deepest = _nesting(raw)
+    if deepest > MAX_NESTING:
+        raise BadPrompt(
+            f"front matter is nested {deepest} levels deep (at most {MAX_NESTING})",
+            line=2,
+            hint='write keys as key = "value"; lists of strings, one table for env',
+        )
+    return raw
+
+
+def _nesting(value: object) -> int:
+    """How deeply lists and tables nest in ``value`` (iterative: no recursion to exhaust)."""
+    deepest = 0
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth > MAX_NESTING:
+                return depth
+            stack.extend((v, depth) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _validate(raw: dict[str, Any], fm_lines: list[str]) -> PromptOptions:
@@ -285,13 +341,13 @@ _KEY_HINTS = {
     "agent": 'for example agent = "bash"',
     "name": 'for example name = "fix-tests"',
     "workdir": 'an absolute path, for example workdir = "~/src/app"',
-    "timeout": 'for example timeout = "45m", or a number of seconds',
-    "idle_timeout": 'for example idle_timeout = "10m", or a number of seconds',
+    "timeout": 'for example timeout = "45m", or a number of seconds more than 0',
+    "idle_timeout": 'for example idle_timeout = "10m", or a number of seconds more than 0',
     "env": 'a table of strings, for example env = { MODE = "fast" }',
     "memory_max": 'for example memory_max = "2G" (K, M, G, T), or "none"',
     "output_max": 'for example output_max = "500M" (K, M, G, T), or "none"',
     "priority": "an integer from -1000 to 1000; higher starts first",
-    "after": 'a list of job names or ids, for example after = ["migrate"]',
+    "after": f'a list of at most {MAX_AFTER} job names or ids, for example after = ["migrate"]',
     "workspace": 'one of "none", "folder", "worktree"',
     "executor": 'one of "local", "slurm"',
     "cpus": "Slurm only: a whole number, for example cpus = 4",

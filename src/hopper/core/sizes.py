@@ -8,8 +8,10 @@ case does not matter. A plain number is bytes. ``"none"`` (or ``"off"``,
 
 from __future__ import annotations
 
+import math
 import re
 
+MAX_SIZE = 1 << 60  # 1 EiB: past it a size is a typo (and overflows rlimits and C ints)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _SIZE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([kmgt]?)(?:i?b)?")
 NO_LIMIT = frozenset({"none", "off", "unlimited"})
@@ -24,14 +26,22 @@ def parse_size(value: str | int | float) -> int:
     if isinstance(value, bool):
         raise BadSize(f"{value!r} is not a size")
     if isinstance(value, int | float):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadSize(f"{value!r} is not a finite size (examples: 512M, 6G, 1.5G)")
         if value < 0:
             raise BadSize(f"{value!r} is negative")
-        return int(value)
+        return _capped(int(value), value)
     text = value.strip().replace(" ", "").lower()
     match = _SIZE.fullmatch(text)
     if not match:
         raise BadSize(f"{value!r} is not a size (examples: 512M, 6G, 1.5G)")
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
+    return _capped(float(match.group(1)) * _UNITS[match.group(2)], value)
+
+
+def _capped(size: int | float, value: object) -> int:
+    if size > MAX_SIZE:  # also a float that overflowed to inf ("9" * 400)
+        raise BadSize(f"{value!r} is more than 1 EiB, larger than any machine")
+    return int(size)
 
 
 def parse_limit(value: str | int | float | None) -> int | None:

@@ -9,8 +9,9 @@ settles. Directory moves and overflows trigger a full rescan.
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from watchdog.events import (
@@ -22,10 +23,13 @@ from watchdog.events import (
     FileSystemEvent,
     FileSystemEventHandler,
 )
-from watchdog.observers import Observer
+from watchdog.observers.inotify import InotifyEmitter, InotifyObserver, InotifyWatchGroup
+from watchdog.observers.inotify_c import InotifyConstants, InotifyEvent, Mask
 from watchdog.observers.inotify_move_event_grouper import InotifyMoveEventGrouper
 
-from hopper.store.inbox import is_prompt_name
+from hopper.store.inbox import MAX_DEPTH, is_prompt_name
+
+log = logging.getLogger(__name__)
 
 # watchdog holds every IN_MOVED_FROM for up to 0.5 s waiting for its
 # IN_MOVED_TO, and its reader *sleeps* through that wait even when the pair
@@ -87,16 +91,106 @@ def _text(path: str | bytes) -> str:
     return path.decode("utf-8", "surrogateescape") if isinstance(path, bytes) else path
 
 
+class _BoundedWatchGroup(InotifyWatchGroup):
+    """watchdog's recursive inotify watches, kept to MAX_DEPTH folders below the inbox.
+
+    Stock watchdog walks the whole tree with ``os.walk`` (recursive in this
+    Python): a folder tree 1000 deep raised RecursionError in
+    ``Observer.start`` and, created live, killed the inotify thread silently
+    (claims then waited for the rescan: 0.009 s -> 24-30 s). Prompts deeper
+    than MAX_DEPTH are ignored anyway (store/inbox.py), so their folders are
+    not watched, and the walks here are iterative.
+    """
+
+    def _depth(self, path: bytes) -> int:
+        return path[len(self.path) :].count(b"/")
+
+    def _add_all_callbacks(self, path: bytes) -> None:
+        depth = self._depth(path)
+        if depth > MAX_DEPTH:
+            return
+        self._add_callback(path)
+        if self.is_recursive and os.path.isdir(path):
+            for root, dirnames, _ in _walk(path, MAX_DEPTH - depth):
+                for dirname in dirnames:
+                    self._add_callback(os.path.join(root, dirname))
+
+    def _recursive_simulate(self, src_path: bytes) -> list[InotifyEvent]:
+        events = []
+        for root, dirnames, filenames in _walk(src_path, MAX_DEPTH - self._depth(src_path)):
+            wd_root = self._active_callbacks_by_path.get(root)
+            if wd_root is None:
+                continue
+            for dirname in dirnames:
+                mask = Mask(InotifyConstants.IN_CREATE | InotifyConstants.IN_ISDIR)
+                events.append(InotifyEvent(wd_root, mask, 0, dirname))
+            for filename in filenames:
+                mask = Mask(InotifyConstants.IN_CREATE)
+                events.append(InotifyEvent(wd_root, mask, 0, filename))
+        return events
+
+
+def _walk(top: bytes, levels: int) -> Iterator[tuple[bytes, list[bytes], list[bytes]]]:
+    """``os.walk`` without recursion or links: ``top`` and folders less than ``levels`` below."""
+    stack = [(top, 0)]
+    while stack:
+        folder, level = stack.pop()
+        if level >= levels:
+            continue
+        dirs: list[bytes] = []
+        files: list[bytes] = []
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    try:
+                        (dirs if entry.is_dir(follow_symlinks=False) else files).append(entry.name)
+                    except OSError:
+                        continue
+        except OSError:
+            continue  # gone, unreadable, or a path past PATH_MAX: not watched
+        yield folder, dirs, files
+        stack.extend((os.path.join(folder, d), level + 1) for d in dirs)
+
+
+class _BoundedEmitter(InotifyEmitter):
+    def on_thread_start(self) -> None:
+        self._inotify = _BoundedWatchGroup(
+            self._inotify_fd,
+            os.fsencode(self.watch.path),
+            is_recursive=self.watch.is_recursive,
+            event_mask=self.get_event_mask_from_filter(),
+            follow_symlink=self.watch.follow_symlink,
+        )
+
+
+class _BoundedObserver(InotifyObserver):
+    def __init__(self) -> None:
+        super().__init__()
+        self._emitter_class = _BoundedEmitter
+
+
 class InboxObserver:
     """Owns the watchdog observer thread for one inbox."""
 
     def __init__(self, inbox: Path, handler: InboxEvents) -> None:
-        self._observer = Observer()
+        self._inbox = inbox
+        self._observer = _BoundedObserver()
         self._observer.schedule(handler, str(inbox), recursive=True)
         self._observer.daemon = True
 
-    def start(self) -> None:
-        self._observer.start()
+    def start(self) -> bool:
+        """Start watching; False (logged) if inotify is unavailable: rescans still find prompts."""
+        try:
+            self._observer.start()
+        except (OSError, RecursionError) as exc:
+            log.error(
+                "inbox %s: cannot watch with inotify (%s); new prompts are found by the "
+                "periodic rescan only (raise fs.inotify.max_user_watches if it says so)",
+                self._inbox,
+                exc,
+            )
+            return False
+        return True
 
     def stop(self) -> None:
         # watchdog logs a harmless "called when the thread is inactive" error
