@@ -1,12 +1,23 @@
 """Start-up recovery: gather a snapshot per run directory, carry out the decision.
 
 The decisions are core/recovery.py's; this module only looks and acts.
+
+Each run directory is recovered under the loop's guard: one that cannot be
+read or acted on (a permission, a file where a directory belongs, a bug) is
+logged once and skipped, and the pass goes on. A pass also runs every
+``reconcile_interval`` on an idle watcher, so finished runs must cost next to
+nothing: :class:`FiledRuns` remembers each run found terminal and filed with
+its directory's mtime, and skips it (one ``lstat``, no read) until something
+is created, renamed or removed in it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import stat
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +39,6 @@ from hopper.store.jobfile import (
     PROMPT_FILE,
     RESOURCES_FILE,
     append_event,
-    iter_run_dirs,
     read_exit,
     read_record,
     write_record,
@@ -89,8 +99,8 @@ def snapshot(
     if record is not None and not is_terminal(record.state):
         try:
             exit_status = read_exit(run_dir)
-        except JobFileCorrupt as exc:
-            log.error("%s", exc)
+        except JobFileCorrupt:
+            pass  # the job's own scribble: the runner reports it (once) if it adopts the job
     try:
         age = now - os.stat(run_dir).st_mtime
     except FileNotFoundError:
@@ -146,37 +156,126 @@ def with_slurm(snap: RunSnapshot, run_dir: Path, view: StateView) -> RunSnapshot
     )
 
 
+SETTLED_SECONDS = 2.0  # a directory mtime this old is trusted (coarse timestamps)
+KEEPALIVE_EVERY = 256  # run directories between keep-alive calls in a long pass
+
+
+class FiledRuns:
+    """Run directories found terminal and filed, by name, with their directory's mtime.
+
+    Finalizing and every later change hopper or a person makes to a run's
+    records (an atomic replace, a new ABORT, a prompt put back) creates or
+    renames an entry in the run directory, which moves its mtime; until then
+    the run is still filed and needs no reading.
+    """
+
+    def __init__(self) -> None:
+        self._mtimes: dict[str, int] = {}
+
+    def unchanged(self, name: str, mtime_ns: int) -> bool:
+        return self._mtimes.get(name) == mtime_ns
+
+    def remember(self, name: str, mtime_ns: int, now: float) -> None:
+        if now - mtime_ns / 1e9 >= SETTLED_SECONDS:
+            self._mtimes[name] = mtime_ns
+
+    def forget_missing(self, names: set[str]) -> None:
+        if len(names) < len(self._mtimes) or not self._mtimes.keys() <= names:
+            self._mtimes = {n: m for n, m in self._mtimes.items() if n in names}
+
+    def __len__(self) -> int:
+        return len(self._mtimes)
+
+
 def reconcile(
     runner: Runner,
     clock: Clock,
     queued: dict[str, JobRecord],
     hosts: HostView | None = None,
+    *,
+    keepalive: Callable[[], None] | None = None,
+    filed: FiledRuns | None = None,
 ) -> dict[Action, int]:
-    """Walk every run directory once; returns how many of each action were taken."""
+    """Walk every run directory once; returns how many of each action were taken.
+
+    Never raises for one run directory: its error is logged once (the
+    runner's guard) and the pass goes on. ``keepalive`` is called every few
+    hundred directories so a long pass still sends heartbeats.
+    """
     counts: dict[Action, int] = {}
-    ident = runner.intake.ident
     view = runner.slurm.view = StateView()  # asks Slurm once, only if a record needs it
-    for run_dir in iter_run_dirs(runner.layout.runs):
-        if run_dir.name in runner.running or run_dir.name in queued:
+    runs = runner.layout.runs
+    names = _run_names(runs)
+    if filed is not None:
+        filed.forget_missing({name for name, _ in names})
+        names = [(name, m) for name, m in names if not filed.unchanged(name, m)]
+    now = time.time()
+    for n, (name, mtime_ns) in enumerate(sorted(names)):  # oldest id first
+        if keepalive is not None and n % KEEPALIVE_EVERY == KEEPALIVE_EVERY - 1:
+            keepalive()
+        if name in runner.running or name in queued:
             continue
-        if _finished_fast(run_dir):
-            continue
-        snap = snapshot(run_dir, ident.host, ident.owner, clock.time(), hosts)
-        snap = with_slurm(snap, run_dir, view)
-        action = decide(snap)
-        try:
-            if action in TAKEOVERS:
-                taken = _take_over(snap, run_dir, runner, clock)
-                if taken is None:
-                    action = Action.NOT_MINE  # another watcher took it first
-                else:
-                    snap = taken
-            counts[action] = counts.get(action, 0) + 1
-            if action is not Action.NOT_MINE:
-                _apply(action, snap, run_dir, runner, clock, queued)
-        except (OSError, JobFileCorrupt) as exc:
-            log.error("recovery of %s (%s) failed: %s", run_dir, action, exc)
+        run_dir = runs / name
+        settled: list[bool] = []
+        runner.guard.step(
+            f"recover:{name}",
+            lambda run_dir=run_dir, settled=settled: settled.append(  # type: ignore[misc]
+                _recover_one(run_dir, runner, clock, queued, hosts, view, counts)
+            ),
+            what=f"recovery of {run_dir}",
+        )
+        if filed is not None and settled == [True]:
+            filed.remember(name, mtime_ns, now)
     return counts
+
+
+def _run_names(runs: Path) -> list[tuple[str, int]]:
+    """Run directory names with their mtimes (in no order); hidden names skipped."""
+    out: list[tuple[str, int]] = []
+    try:
+        with os.scandir(runs) as it:
+            for entry in it:
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # gone since the listing
+                if stat.S_ISDIR(st.st_mode):
+                    out.append((entry.name, st.st_mtime_ns))
+    except FileNotFoundError:
+        return []
+    return out
+
+
+def _recover_one(
+    run_dir: Path,
+    runner: Runner,
+    clock: Clock,
+    queued: dict[str, JobRecord],
+    hosts: HostView | None,
+    view: StateView,
+    counts: dict[Action, int],
+) -> bool:
+    """Recover one run directory; True if it is settled (filed, or corrupt: left for a person)."""
+    if _finished_fast(run_dir):
+        return True
+    ident = runner.intake.ident
+    snap = snapshot(run_dir, ident.host, ident.owner, clock.time(), hosts)
+    snap = with_slurm(snap, run_dir, view)
+    action = decide(snap)
+    if action is Action.NOTHING and snap.corrupt:
+        return True  # logged once; looked at again when something in it changes
+    if action in TAKEOVERS:
+        taken = _take_over(snap, run_dir, runner, clock)
+        if taken is None:
+            action = Action.NOT_MINE  # another watcher took it first
+        else:
+            snap = taken
+    counts[action] = counts.get(action, 0) + 1
+    if action is not Action.NOT_MINE:
+        _apply(action, snap, run_dir, runner, clock, queued)
+    return False
 
 
 def _take_over(
@@ -222,7 +321,11 @@ def _take_over(
 
 
 def _finished_fast(run_dir: Path) -> bool:
-    """Cheap pre-check: filed jobs (terminal, prompt moved) need no parsing."""
+    """Cheap pre-check: filed jobs (terminal, prompt moved) need no parsing.
+
+    job.json is opened without following links or blocking (a job may have
+    put a FIFO there); anything but a regular file is "not known finished".
+    """
     if os.path.lexists(run_dir / PROMPT_FILE):
         return False
     try:

@@ -33,6 +33,7 @@ from hopper.executors.slurm import EXIT_STATUS_FILE as SLURM_EXIT_FILE
 from hopper.executors.slurm_runner import SlurmJobs
 from hopper.faults import crash_point
 from hopper.intake import Intake, read_prompt
+from hopper.loopguard import LoopGuard
 from hopper.proc import identity, spawn, treekill
 from hopper.store.atomic import write_atomic
 from hopper.store.jobfile import (
@@ -46,6 +47,7 @@ from hopper.store.jobfile import (
     write_record,
 )
 from hopper.store.layout import Layout
+from hopper.store.takeover import taken_by
 from hopper.workspace import WorkspaceFailed
 
 log = logging.getLogger(__name__)
@@ -107,6 +109,8 @@ class Runner:
     requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler
     io_errors: int = 0  # failed writes since start (disk full …), for status reports
     slurm: SlurmJobs = field(init=False)  # executor = "slurm": submit, poll, cancel
+    guard: LoopGuard = field(default_factory=LoopGuard)  # one bad job never stops the loop
+    handed_over: set[str] = field(default_factory=set)  # dropped: another watcher took them
 
     def __post_init__(self) -> None:
         self.slurm = SlurmJobs(self)
@@ -285,14 +289,16 @@ class Runner:
             job = self.running[job_id]
             if job.record.slurm_job_id is not None:
                 continue
-            try:
-                self._poll_one(job, sweep=sweep, children=children)
-            except OSError as exc:
-                # ENOSPC, EIO …: keep the job and try again next tick; the
-                # supervisor's exit.json is already durable, so nothing is lost.
-                self.running.setdefault(job_id, job)
-                self.io_errors += 1
-                log.error("job=%s cannot update its files: %s (retrying)", job_id, exc)
+            if self.guard.step(
+                f"poll:{job_id}",
+                lambda job=job: self._poll_one(job, sweep=sweep, children=children),  # type: ignore[misc]
+                what=f"job={job_id} cannot be polled or finished",
+            ):
+                continue
+            # ENOSPC, EIO, a bad file in its run directory …: keep the job and try
+            # again next tick (logged once); the supervisor's exit.json is durable.
+            self.running.setdefault(job_id, job)
+            self.io_errors += 1
         self._reap = [p for p in self._reap if p.poll() is None]
 
     def _own_exit(self, job: Running) -> ExitStatus | None:
@@ -334,7 +340,7 @@ class Runner:
                 self.lose(job)
             return
         mono = self.clock.monotonic()
-        if mono >= job.next_heartbeat:
+        if mono >= job.next_heartbeat and not self.taken(job):
             update: dict[str, object] = {"heartbeat_at": self.clock.now()}
             live = read_resources(job.run_dir)  # the supervisor's latest measurement
             if live is not None:
@@ -342,6 +348,26 @@ class Runner:
             job.record = job.record.model_copy(update=update)
             write_record(job.run_dir, job.record, durable=False)
             job.next_heartbeat = mono + self.config.heartbeat_interval
+
+    def taken(self, job: Running) -> bool:
+        """Has another watcher taken this job over (we were stopped too long)? Then drop it.
+
+        Checked before anything that writes the job's record: its heartbeat,
+        finishing it, filing it lost. The new owner finishes it; we must not.
+        """
+        holder = taken_by(job.run_dir, job.record.owner, self.intake.ident.owner)
+        if holder is None:
+            return False
+        self.running.pop(job.record.id, None)
+        self.handed_over.add(job.record.id)
+        if job.supervisor is not None:
+            self._reap.append(job.supervisor)
+        log.warning(
+            "job=%s was taken over by %s while this watcher was silent; leaving it to them",
+            job.record.id,
+            holder,
+        )
+        return True
 
     def _supervisor_gone(self, job: Running) -> bool:
         if job.supervisor is not None:
@@ -371,6 +397,8 @@ class Runner:
 
     # -- finish -----------------------------------------------------------------
     def finish(self, job: Running, status: ExitStatus) -> None:
+        if self.taken(job):
+            return
         self.running.pop(job.record.id, None)
         if job.supervisor is not None:
             self._reap.append(job.supervisor)
@@ -400,6 +428,8 @@ class Runner:
 
     def lose(self, job: Running) -> None:
         """The supervisor is gone and recorded nothing: end any orphans, fail as lost."""
+        if self.taken(job):
+            return
         self.running.pop(job.record.id, None)
         rec = job.record
         killed = 0

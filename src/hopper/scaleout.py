@@ -70,6 +70,7 @@ class ScaleOut:
         self.beats: tuple[Beat, ...] = ()
         self._since = clock.monotonic()
         self._next_beat = 0.0
+        self.wrote = False  # did the last beat() write our file (False: not due yet)
         self._dead: set[str] = set()
         self._next_sweep: dict[str, float] = {}
 
@@ -87,10 +88,12 @@ class ScaleOut:
     def beat(self, running: Collection[str], queued: int, *, force: bool = False) -> bool:
         """Write our heartbeat when due and read the others'; True if a host newly died."""
         mono = self.clock.monotonic()
+        self.wrote = False
         if not force and mono < self._next_beat:
             return False
         self._next_beat = mono + self.config.heartbeat_interval
         self._write_beat(len(running), queued, jobs=running)
+        self.wrote = True
         self.beats = tuple(read_beats(self.layout, self.clock.time()))
         dead = self.view().dead_hosts(self.ident.host)
         newly = dead - self._dead

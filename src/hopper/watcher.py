@@ -35,10 +35,11 @@ from hopper.core.states import JobState, Reason
 from hopper.errors import JobFileCorrupt
 from hopper.hooks import HookRunner, HookSet, calls_for
 from hopper.intake import Identity, Intake
+from hopper.loopguard import is_unwritable
 from hopper.proc import identity
 from hopper.proc.openfiles import open_for_writing
 from hopper.proc.spawn import SupervisorPool
-from hopper.reconcile import reconcile
+from hopper.reconcile import FiledRuns, reconcile
 from hopper.runner import Runner
 from hopper.scaleout import ScaleOut
 from hopper.sdnotify import Notifier
@@ -49,6 +50,7 @@ from hopper.store.jobfile import ABORT_FILE, append_event, read_record, write_re
 from hopper.store.known import KnownJobs
 from hopper.store.layout import Layout
 from hopper.store.markers import read_pause, take_priority_request
+from hopper.store.takeover import taken_by
 from hopper.wake import Waker
 from hopper.workspace import remove_worktree
 
@@ -56,6 +58,7 @@ log = logging.getLogger(__name__)
 
 QUEUE_SWEEP_INTERVAL = 1.0  # seconds between full passes over the queued jobs
 WINDOW_MIN = 64  # queued jobs below this count are always scheduled in full
+CLAIM_BATCH = 256  # prompts claimed per turn at most; the rest wait for the next turn
 
 
 @dataclass
@@ -84,6 +87,11 @@ class Watcher:
         agents = agents or builtin_agents(config)
         self.intake = Intake(layout, config, agents, self.clock, self.ident)
         self.runner = Runner(layout, config, self.intake, self.clock)
+        self.guard = self.runner.guard  # one set of failing steps, each logged once
+        self.degraded: str | None = None  # why the root takes no writes now (None: healthy)
+        self._backlog: dict[Path, None] = {}  # complete prompts not yet claimed, in order
+        self._last_beat = self.clock.monotonic()
+        self._filed = FiledRuns()  # finished runs a reconcile pass need not read again
         self.hooks = HookRunner(self.clock)
         self.intake.on_final = self._run_hooks
         self.queued: dict[str, JobRecord] = {}
@@ -112,9 +120,11 @@ class Watcher:
     # -- lifecycle --------------------------------------------------------------
     def run(self, *, until_idle: bool = False) -> int:
         """Serve until SIGTERM/SIGINT (or, with ``until_idle``, until nothing is left)."""
-        self.layout.ensure()
-        self.scale.start()
-        self.scale.beat(self.runner.running, 0, force=True)  # before any claim: we are alive
+        # Each start-up step is guarded: a full or read-only root comes up
+        # degraded (and says so) instead of crash-looping under systemd.
+        self._guarded("start-up: create the root's folders", self.layout.ensure)
+        self._guarded("start-up: read the heartbeats", self.scale.start)
+        self._beat(force=True)  # before any claim: we are alive
         reexec = False
         previous = self._install_signals()
         observer = InboxObserver(self.layout.inbox, self.events)
@@ -122,8 +132,9 @@ class Watcher:
         self.runner.pool = SupervisorPool(size=min(2, self.config.max_parallel))
         self.runner.pool.fill()
         try:
-            self._reconcile()
-            self._rescan(full=True)
+            if self.degraded is None:
+                self._guarded("reconcile", self._reconcile)
+                self._guarded("intake", lambda: self._rescan(full=True))
             self.notifier.ready(self._status_line())
             log.info("watching %s (host=%s)", self.layout.inbox, self.ident.host)
             while True:
@@ -171,12 +182,19 @@ class Watcher:
         os.execv(sys.executable, argv)  # noqa: S606 - an argv, no shell
 
     def _status_line(self) -> str:
-        return f"{len(self.runner.running)} running, {len(self.queued)} queued" + (
+        line = f"{len(self.runner.running)} running, {len(self.queued)} queued" + (
             f", {self.runner.io_errors} write errors" if self.runner.io_errors else ""
         )
+        if self.degraded is not None:
+            return f"DEGRADED: {self.degraded}; claiming paused; {line}"
+        return line
 
     def _notify(self) -> None:
-        """Watchdog pings come only from here: a wedged loop stops them."""
+        """Watchdog pings come only from here: a wedged loop stops them.
+
+        Called once a turn and from inside long steps (:meth:`_keepalive`), so
+        a turn that does much work still pings while it makes progress.
+        """
         mono = self.clock.monotonic()
         if mono >= self._next_notify:
             interval = self.notifier.watchdog_interval()
@@ -205,11 +223,16 @@ class Watcher:
         return previous
 
     def turn(self) -> None:
-        """One pass: intake, start, poll. Never raises for bad input or a full disk."""
+        """One pass: intake, start, poll. Never raises: each step is guarded.
+
+        A turn is bounded: at most CLAIM_BATCH claims (the rest wait in the
+        backlog for the next turn), and the long steps call :meth:`_keepalive`
+        so the heartbeat file and WATCHDOG=1 keep coming whatever the load.
+        """
         self._guarded("beat", self._beat)
         if self.flags.stop:
             self._guarded("stop", self._begin_stop)
-        else:
+        elif self.degraded is None:  # a full or read-only root: claim and start nothing
             self._guarded("intake", self._intake)
             self._guarded("start", self._start_queued)
             if self.clock.monotonic() >= self._next_reconcile:
@@ -219,7 +242,10 @@ class Watcher:
         }
         before = len(self.runner.running)
         held = {i: j.record for i, j in self.runner.running.items()}
-        self.runner.poll()
+        self._guarded("poll", self.runner.poll)
+        gone = self.runner.handed_over
+        held = {i: r for i, r in held.items() if i not in gone}  # their leases are not ours
+        gone.clear()
         self._guarded("leases", lambda: self.scale.released(held, self.runner.running))
         if worktrees:
             self._guarded("workspace", lambda: self._after_poll(worktrees))
@@ -227,21 +253,97 @@ class Watcher:
             # A slot just freed: fill it now, not a poll_interval later.
             self._guarded("start", self._start_queued)
 
-    def _beat(self) -> None:
-        """Our heartbeat file; a host that just died is reconciled at once."""
-        if self.scale.beat(self.runner.running, len(self.queued)):
+    def _beat(self, *, force: bool = False) -> None:
+        """Our heartbeat file; a host that just died is reconciled at once.
+
+        The heartbeat is also the probe of the root: a write refused for
+        space or writability enters degraded mode, and while degraded every
+        turn tries again, so the first write that succeeds ends it.
+        """
+        force = force or self.degraded is not None
+        mono = self.clock.monotonic()
+        try:
+            newly = self.scale.beat(self.runner.running, len(self.queued), force=force)
+        except OSError as exc:
+            if is_unwritable(exc):
+                self._degrade(f"cannot write {exc.filename or self.layout.root}: {exc.strerror}")
+                return
+            raise
+        if self.scale.wrote:
+            silent = mono - self._last_beat
+            self._last_beat = mono
+            if silent >= self.config.host_dead_after:
+                # Stopped (SIGSTOP, a frozen VM) long enough to look dead: another
+                # host may have taken our jobs. Check them all before acting.
+                log.warning(
+                    "this watcher wrote no heartbeat for %.0fs (host_dead_after %gs): "
+                    "checking which of its jobs other watchers took over",
+                    silent,
+                    self.config.host_dead_after,
+                )
+                self._drop_taken()
+            if self.degraded is not None:
+                self._recovered()
+        if newly:
             self._next_reconcile = 0.0
 
+    def _degrade(self, why: str) -> None:
+        if self.degraded is None:
+            log.error(
+                "DEGRADED: %s; claiming nothing until the root takes writes again "
+                "(running jobs are kept; free space or remount read-write)",
+                why,
+            )
+            self.notifier.status(f"DEGRADED: {why}; claiming paused")
+        self.degraded = why
+
+    def _recovered(self) -> None:
+        log.info("recovered from degraded mode: the root takes writes again (%s)", self.degraded)
+        self.degraded = None
+        self._next_reconcile = 0.0  # recovery may have been skipped at start-up
+        self._next_rescan = 0.0
+        self._next_notify = 0.0  # tell systemd at once
+
     def _guarded(self, phase: str, step: Callable[[], None]) -> None:
-        try:
-            step()
-        except OSError as exc:
-            log.error("%s: %s (will retry; is the disk full?)", phase, exc)
+        """Run one step of the loop: any exception is logged once (per phase) and kept in."""
+        self.guard.step(phase, step)
+
+    def _keepalive(self) -> None:
+        """Inside a long step: heartbeat and WATCHDOG=1 when due (two clock reads otherwise)."""
+        self._guarded("beat", self._beat)
+        self._notify()
+
+    def _mine(self, job_id: str, record: JobRecord) -> bool:
+        """Is this queued job still ours? Drops it (logged) if another watcher took it."""
+        holder = taken_by(self.layout.run_dir(job_id), record.owner, self.ident.owner)
+        if holder is None:
+            return True
+        self.queued.pop(job_id, None)
+        log.warning(
+            "job=%s was taken over by %s while this watcher was silent; leaving it to them",
+            job_id,
+            holder,
+        )
+        return False
+
+    def _drop_taken(self) -> None:
+        for job_id, record in list(self.queued.items()):
+            self._mine(job_id, record)
+        for job in list(self.runner.running.values()):
+            self.runner.taken(job)
 
     def _reconcile(self) -> None:
         """Recover anything half-done (at start, then every reconcile_interval)."""
         self._next_reconcile = self.clock.monotonic() + self.config.reconcile_interval
-        counts = reconcile(self.runner, self.clock, self.queued, self.scale.view(fresh=True))
+        self._drop_taken()
+        counts = reconcile(
+            self.runner,
+            self.clock,
+            self.queued,
+            self.scale.view(fresh=True),
+            keepalive=self._keepalive,
+            filed=self._filed,
+        )
         acted = {k: v for k, v in counts.items() if k not in (Action.NOTHING, Action.NOT_MINE)}
         if acted:
             log.info("recovered: %s", ", ".join(f"{k}={v}" for k, v in acted.items()))
@@ -253,10 +355,13 @@ class Watcher:
             and not self.runner.requeued
             and not self.runner.running
             and not self._waiting
+            and not self._backlog
             and not any(c.path not in self._skipped for c in scan(self.layout.inbox))
         )
 
     def _sleep_for(self) -> float:
+        if self._backlog and self.degraded is None:
+            return 0.0  # more prompts to claim: the next turn at once
         until_rescan = max(0.0, self._next_rescan - self.clock.monotonic())
         if self.runner.running or self.queued or self._waiting or self.flags.stop:
             return min(self.config.poll_interval, until_rescan)
@@ -270,10 +375,25 @@ class Watcher:
         self._waiting |= {p for p in pending if in_scope(inbox, p)}
         for path in sorted(complete):
             self._waiting.discard(path)
-            self._take(path)
+            self._backlog[path] = None
         mono = self.clock.monotonic()
-        if rescan or mono >= self._next_rescan or self._waiting:
+        if not self._backlog and (rescan or mono >= self._next_rescan or self._waiting):
             self._rescan(full=rescan or mono >= self._next_rescan)
+        elif rescan:
+            self._next_rescan = 0.0  # after the backlog is claimed
+        self._claim_batch()
+
+    def _claim_batch(self) -> None:
+        """Claim at most CLAIM_BATCH prompts from the backlog, pinging as we go."""
+        for _ in range(min(CLAIM_BATCH, len(self._backlog))):
+            path = next(iter(self._backlog))
+            del self._backlog[path]
+            self.guard.step(
+                f"claim:{path}",
+                lambda path=path: self._take(path),  # type: ignore[misc]
+                what=f"cannot claim {path} (retried at the next rescan)",
+            )
+            self._keepalive()
 
     def _rescan(self, *, full: bool) -> None:
         """Claim what is complete: the whole inbox, or (``full=False``) just the
@@ -292,7 +412,7 @@ class Watcher:
             has_writer = None if writers is None else cand.path in writers
             if is_settled(cand, now, self.config.settle, has_writer):
                 self._waiting.discard(cand.path)
-                self._take(cand.path)
+                self._backlog[cand.path] = None
             else:
                 self._waiting.add(cand.path)
 
@@ -305,9 +425,6 @@ class Watcher:
             record = self.intake.take(path)
         except ClaimFailed as exc:
             self._skip(path, str(exc))
-            return
-        except OSError as exc:
-            log.error("cannot claim %s: %s (will retry at the next rescan)", path, exc)
             return
         if record is not None and record.reason is None:
             self.queued[record.id] = record
@@ -330,12 +447,23 @@ class Watcher:
             # verdicts, cost a pass over the whole queue: once a second, not on
             # every turn (a backlog of 100,000 would make each start O(n)).
             self._next_queue_sweep = mono + QUEUE_SWEEP_INTERVAL
-            for job_id in sorted(self.queued):
+            for n, job_id in enumerate(sorted(self.queued)):
+                if n % CLAIM_BATCH == CLAIM_BATCH - 1:
+                    self._keepalive()
+                queued = self.queued.get(job_id)  # a keepalive may have dropped it
+                if queued is None:
+                    continue
                 run_dir = self.layout.run_dir(job_id)
                 if (run_dir / ABORT_FILE).exists():
-                    self.runner.abort_queued(self.queued.pop(job_id))
+                    if self._mine(job_id, queued):
+                        self.runner.abort_queued(self.queued.pop(job_id))
                     continue
-                self._apply_priority(job_id, run_dir)
+                self._guarded(
+                    f"priority:{job_id}",
+                    lambda job_id=job_id, run_dir=run_dir: self._apply_priority(  # type: ignore[misc]
+                        job_id, run_dir
+                    ),
+                )
         if not self.queued:
             self._paused = frozenset()
             return
@@ -355,27 +483,43 @@ class Watcher:
         )
         self._paused = decision.paused
         for failure in decision.fail:
-            record = self.queued.pop(failure.job_id)
-            self.intake.reject(
-                self.layout.run_dir(failure.job_id), record, failure.reason, failure.detail
+            record = self.queued.get(failure.job_id)
+            if record is None or not self._mine(failure.job_id, record):
+                continue
+            del self.queued[failure.job_id]
+            self._guarded(
+                f"reject:{failure.job_id}",
+                lambda f=failure, r=record: self._reject(f.job_id, r, f.reason, f.detail),  # type: ignore[misc]
             )
-        for job_id in decision.start:
-            record = self.queued.pop(job_id)
+        for n, job_id in enumerate(decision.start):
+            if n % 16 == 15:
+                self._keepalive()
+            record = self.queued.get(job_id)
+            if record is None or not self._mine(job_id, record):
+                continue  # taken over while we were stopped: never start it twice
+            del self.queued[job_id]
             if not self.scale.acquire(record):
                 self.queued[job_id] = record  # another watcher took the slot first
                 continue
             try:
                 self.runner.start(record)
-            except OSError as exc:
-                log.error("job=%s could not start: %s", job_id, exc)
-                self.runner.intake.reject(
-                    self.layout.run_dir(job_id),
-                    record,
-                    Reason.SPAWN_FAILED,
-                    f"could not start: {exc}",
-                )
+            except Exception as exc:  # costs this job, never the loop
+                self._start_failed(job_id, record, exc)
             if job_id not in self.runner.running:
                 self.scale.release(record)  # it ended before it ran (workspace, bad prompt …)
+
+    def _start_failed(self, job_id: str, record: JobRecord, exc: Exception) -> None:
+        """A start that raised: the job fails with the error as its reason's detail."""
+        bug = "" if isinstance(exc, OSError) else " (a bug in hopper: please report it)"
+        self.guard.report(f"start:{job_id}", exc, what=f"job={job_id} could not start")
+        detail = f"could not start: {exc}{bug}"
+        self._guarded(
+            f"reject:{job_id}",
+            lambda: self._reject(job_id, record, Reason.SPAWN_FAILED, detail),
+        )
+
+    def _reject(self, job_id: str, record: JobRecord, reason: Reason, detail: str) -> None:
+        self.intake.reject(self.layout.run_dir(job_id), record, reason, detail)
 
     def _run_hooks(self, record: JobRecord, run_dir: Path) -> None:
         """Queue the completion hooks a finalized job triggers (job's own win per kind)."""
