@@ -8,12 +8,13 @@ and exits 1.
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from conftest import bash, drop
+from conftest import bash, drop, hopper_cmd
 from hopper.core.prompt import parse
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState, Reason
@@ -139,3 +140,49 @@ def test_submit_refuses_a_bad_session_name(layout: Layout, hopper) -> None:
     assert result.returncode == 2
     assert "--session '../x'" in result.stderr
     assert list(layout.inbox.iterdir()) == []
+
+
+def test_wait_waits_for_a_prompt_to_be_claimed(layout: Layout, watchers, config_file: Path) -> None:
+    """``hopper submit x && hopper wait x``: the wait must not lose the race to the claim."""
+    drop(layout, "soon", bash("echo done"))
+    waiter = subprocess.Popen(
+        hopper_cmd(
+            "wait",
+            "soon",
+            "--timeout",
+            "60",
+            "--root",
+            str(layout.root),
+            "--config",
+            str(config_file),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        watchers.start()
+        out, err = waiter.communicate(timeout=90)
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+    assert waiter.returncode == 0, err
+    assert "succeeded" in out
+
+
+def test_wait_on_an_unclaimed_prompt_times_out(layout: Layout, hopper) -> None:
+    drop(layout, "never", bash("echo hi"))
+    result = hopper("wait", "never", "--timeout", "0.5")
+    assert result.returncode == 1
+    assert "timed out waiting: 'never' is not claimed yet" in result.stderr
+
+
+def test_a_prompt_mid_claim_is_being_claimed(layout: Layout) -> None:
+    """Renamed into its run dir, job.json not written yet: not 'no job'."""
+    run_dir = layout.run_dir("20261122-120000-000-soon-0001")
+    run_dir.mkdir()
+    (run_dir / "claim.json").write_text(json.dumps({"inbox_path": "inbox/t/Soon.prompt.md"}))
+    (run_dir / "prompt.md").write_text("echo hi\n")
+    with pytest.raises(JobNotClaimed, match="'soon' is being claimed"):
+        find_job(layout, "soon")

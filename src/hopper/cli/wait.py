@@ -1,6 +1,7 @@
 """``hopper wait [ID…|--all]``: block until those jobs end; exit 1 if any did not succeed.
 
-``--all`` waits until the inbox holds no prompt and no job is queued or
+A job named by a prompt still in the inbox (not claimed yet) is waited for
+too. ``--all`` waits until the inbox holds no prompt and no job is queued or
 running, and judges every job that was active at some point while it
 waited. Polls the files (the only truth); ``--timeout`` bounds the wait.
 """
@@ -26,6 +27,7 @@ from hopper.core.states import JobState, is_terminal
 from hopper.store.inbox import scan
 from hopper.store.jobfile import JOB_FILE, PROMPT_FILE, iter_run_dirs, read_record
 from hopper.store.layout import Layout
+from hopper.store.lookup import JobNotClaimed
 
 POLL = 0.2
 
@@ -49,7 +51,11 @@ def handle(args: argparse.Namespace) -> int:
     if args.all:
         ended = _wait_all(layout, deadline, args.quiet)
     else:
-        ids = [find_job(layout, ref).id for ref in args.ids]
+        try:
+            ids = [_claimed_id(layout, ref, deadline) for ref in args.ids]
+        except JobNotClaimed as exc:
+            warn(f"timed out waiting: {exc}")
+            return EXIT_FAILED
         if not args.quiet:
             print(f"waiting for {len(ids)} job(s)", file=sys.stderr, flush=True)
         ended = _wait_ids(layout, ids, deadline)
@@ -65,6 +71,18 @@ def handle(args: argparse.Namespace) -> int:
 
 def _expired(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() > deadline
+
+
+def _claimed_id(layout: Layout, ref: str, deadline: float | None) -> str:
+    """The job ``ref`` names; a prompt still in the inbox is waited for until it is
+    claimed (``hopper submit x && hopper wait x`` must not race the watcher)."""
+    while True:
+        try:
+            return find_job(layout, ref).id
+        except JobNotClaimed:
+            if _expired(deadline):
+                raise
+            time.sleep(POLL)
 
 
 def _wait_ids(layout: Layout, ids: list[str], deadline: float | None) -> list[JobRecord] | None:

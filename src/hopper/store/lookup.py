@@ -12,13 +12,14 @@ exact-case name winning over one that differs only in case.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from hopper.core.jobid import prompt_stem
 from hopper.core.record import JobRecord
 from hopper.errors import JobFileCorrupt, JobNotFound
+from hopper.store.claim import read_claim
 from hopper.store.inbox import scan
-from hopper.store.jobfile import iter_run_dirs, read_record
+from hopper.store.jobfile import JOB_FILE, iter_run_dirs, read_record
 from hopper.store.layout import Layout
 
 OnCorrupt = Callable[[JobFileCorrupt], None]
@@ -76,6 +77,13 @@ def find_job(layout: Layout, ref: str, on_corrupt: OnCorrupt = _ignore) -> JobRe
             hint="a watcher claims it (is one running? hopper watchers); "
             "remove the file to cancel it",
         )
+    taking = claiming(layout, ref)
+    if taking:
+        raise JobNotClaimed(
+            f"{ref!r} is being claimed: {taking[0]} has its prompt but no job.json yet",
+            hint="it is a job in a moment; if it stays like this, the watcher that "
+            "claimed it died and the next one to start completes the claim",
+        )
     raise JobNotFound(
         f"no job with id, id prefix or name {ref!r} under {layout.runs}",
         hint="hopper status lists the jobs",
@@ -84,6 +92,19 @@ def find_job(layout: Layout, ref: str, on_corrupt: OnCorrupt = _ignore) -> JobRe
 
 class JobNotClaimed(JobNotFound):
     """No job yet, but a prompt of that name waits in the inbox."""
+
+
+def claiming(layout: Layout, ref: str) -> list[Path]:
+    """Run directories mid-claim (no job.json yet) of an inbox prompt whose stem is ``ref``."""
+    folded = ref.casefold()
+    found = []
+    for run_dir in iter_run_dirs(layout.runs):
+        if (run_dir / JOB_FILE).exists():
+            continue
+        inbox_path = (read_claim(run_dir) or {}).get("inbox_path", "")
+        if prompt_stem(PurePosixPath(inbox_path).name).casefold() == folded:
+            found.append(run_dir)
+    return found
 
 
 def unclaimed(layout: Layout, ref: str) -> list[Path]:
