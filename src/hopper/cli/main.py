@@ -30,6 +30,7 @@ from hopper.cli import (
     wait,
     watch,
     watchers,
+    web,
 )
 from hopper.cli.common import EXIT_USAGE, fail
 from hopper.errors import HopperError
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         doctor,
         agents,
         watchers,
+        web,
     ):
         module.register(sub)
     return parser

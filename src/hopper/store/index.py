@@ -191,6 +191,21 @@ class JobIndex:
             if job_id in keep:
                 yield text
 
+    def stamps(self) -> dict[str, tuple[int, int, int]]:
+        """Each job's ``(inode, mtime_ns, size)`` of job.json as last read: compare two to see
+        which jobs changed (``hopper web`` pushes only those)."""
+        cur = self.conn.execute("SELECT id, ino, mtime_ns, size FROM jobs")
+        return {row[0]: (row[1], row[2], row[3]) for row in cur}
+
+    def raw_of(self, ids: Iterable[str]) -> dict[str, str]:
+        """The job.json text (as last read) of each of ``ids`` the index knows."""
+        out: dict[str, str] = {}
+        for job_id in ids:
+            row = self.conn.execute("SELECT raw FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is not None:
+                out[job_id] = row[0]
+        return out
+
 
 def _connect(path: Path | None) -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:" if path is None else str(path), timeout=30)

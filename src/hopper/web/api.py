@@ -1,0 +1,322 @@
+"""The JSON API under ``/api`` (version 1): what the page uses, and scripts may.
+
+Reads come from the status index and the run directories, writes go through
+:mod:`hopper.web.actions`. Every job id in a path is checked against the run
+directory names before anything is read: no ``..``, no slashes (encoded or
+not), no links; anything else is 404. Errors are ``{"error": reason}``.
+docs/web.md lists every endpoint.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import stat
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from hopper.core.durations import BadDuration, parse_duration
+from hopper.core.overview import overview
+from hopper.core.selection import JobFilter
+from hopper.core.states import TERMINAL_STATES, JobState
+from hopper.core.tally import GroupBy, tally
+from hopper.errors import HopperError
+from hopper.store.jobfile import EVENTS_FILE, JOB_FILE, LOG_FILE
+from hopper.web import actions, sse
+from hopper.web.actions import Refused
+from hopper.web.catalog import Catalog, counts
+from hopper.web.files import NotPlainFile, open_regular, read_capped
+from hopper.web.hub import Hub
+
+API_VERSION = 1
+RECORD_MAX = 4 << 20
+RESULT_MAX = 4 << 20
+EVENTS_MAX = 4 << 20
+BODY_MAX = 2 << 20
+_ID_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+STALE_AFTER = 60.0
+
+
+def error(reason: str, status: int) -> JSONResponse:
+    return JSONResponse(
+        {"error": reason}, status_code=status, headers={"cache-control": "no-store"}
+    )
+
+
+def job_dir(request: Request) -> Path:
+    """The run directory the path's ``{id}`` names; Refused(404) for anything else."""
+    raw: str = request.path_params["id"]
+    runs: Path = request.app.state.layout.runs
+    sent = bytes(request.scope.get("raw_path") or b"").lower()
+    if b"%2f" in sent or b"%5c" in sent:  # an encoded slash: routed as a path, meant as an id
+        raise Refused("no such job (an encoded slash is not part of a job id)", status=404)
+    if not _ID_OK.match(raw) or ".." in raw:
+        raise Refused(f"no job {raw!r}", status=404)
+    try:
+        st = os.lstat(runs / raw)
+    except OSError:
+        raise Refused(f"no job {raw!r} under {runs}", status=404) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise Refused(f"no job {raw!r} under {runs}", status=404)
+    return runs / raw
+
+
+def read_record(run_dir: Path) -> dict[str, Any]:
+    try:
+        data, _ = read_capped(run_dir / JOB_FILE, RECORD_MAX)
+        record = json.loads(data)
+    except FileNotFoundError:
+        raise Refused(f"{run_dir.name}: no job.json yet (a claim in progress)", 404) from None
+    except (OSError, NotPlainFile, ValueError, RecursionError) as exc:
+        raise Refused(f"{run_dir / JOB_FILE}: cannot be read: {exc}", 500) from None
+    if not isinstance(record, dict):
+        raise Refused(f"{run_dir / JOB_FILE}: not a JSON object", 500)
+    return record
+
+
+def job_filter(request: Request) -> tuple[JobFilter, int | None]:
+    q = request.query_params
+    states: set[JobState] = set()
+    for value in q.getlist("state"):
+        for part in filter(None, value.split(",")):
+            try:
+                states.add(JobState(part))
+            except ValueError:
+                known = ", ".join(s.value for s in JobState)
+                raise Refused(f"state: {part!r} is not a state ({known})") from None
+    since = None
+    if q.get("since"):
+        try:
+            since = time.time() - parse_duration(q["since"])
+        except BadDuration as exc:
+            raise Refused(f"since: {exc}") from None
+    limit = None
+    if q.get("limit"):
+        if not q["limit"].isdigit():
+            raise Refused("limit: a whole number of jobs")
+        limit = int(q["limit"])
+
+    def many(key: str) -> list[str]:
+        return [p for v in q.getlist(key) for p in v.split(",") if p]
+
+    wanted = JobFilter(
+        states=frozenset(states),
+        since=since,
+        agents=frozenset(many("agent")),
+        groups=frozenset(many("group")),
+        names=tuple(many("name")),
+    )
+    return wanted, limit
+
+
+async def list_jobs(request: Request) -> Response:
+    hub: Hub = request.app.state.hub
+    if sse.wants_stream(request.headers.get("accept")):
+        sub = hub.subscribe_jobs()
+        hello = ("hello", json.dumps({"paused": hub.paused, "api": API_VERSION}))
+        return sse.response(sub, [hello], lambda: hub.unsubscribe_jobs(sub))
+    wanted, limit = job_filter(request)
+    catalog: Catalog = request.app.state.catalog
+    text = await catalog.call(catalog.listing(wanted, limit))
+    return Response(text, media_type="application/json", headers={"cache-control": "no-store"})
+
+
+async def overview_(request: Request) -> Response:
+    catalog: Catalog = request.app.state.catalog
+    jobs = await catalog.call(Catalog.summaries)
+    ov = overview(jobs, time.time(), STALE_AFTER)
+    hub: Hub = request.app.state.hub
+    return JSONResponse(
+        {
+            "api": API_VERSION,
+            "root": str(request.app.state.layout.root),
+            "counts": counts(jobs),
+            "paused": hub.paused,
+            "watcher": ov.watcher.value,
+            "freshest_heartbeat_age": ov.freshest_heartbeat_age,
+            "live": "inotify" if hub.inotify_ok else f"rescan every {hub.fallback:g}s",
+        },
+        headers={"cache-control": "no-store"},
+    )
+
+
+async def get_job(request: Request) -> Response:
+    record = read_record(job_dir(request))
+    return JSONResponse(record, headers={"cache-control": "no-store"})
+
+
+async def get_log(request: Request) -> Response:
+    return await _followable(request, "log")
+
+
+async def get_events(request: Request) -> Response:
+    return await _followable(request, "events")
+
+
+async def _followable(request: Request, kind: str) -> Response:
+    run_dir = job_dir(request)
+    if sse.wants_stream(request.headers.get("accept")):
+        try:
+            state = read_record(run_dir).get("state")
+        except Refused as exc:
+            if exc.status != 404:
+                raise
+            state = None  # claimed, not yet recorded: follow it
+        hub: Hub = request.app.state.hub
+        sub, backlog = hub.follow(run_dir.name, kind, state if isinstance(state, str) else None)
+        return sse.response(sub, backlog, lambda: hub.unfollow(run_dir.name, kind, sub))
+    if kind == "log":
+        return _stream_file(run_dir / LOG_FILE)
+    return _events_json(run_dir, request.query_params.get("tail"))
+
+
+def _stream_file(path: Path) -> Response:
+    try:
+        fd = open_regular(path)
+    except FileNotFoundError:
+        return Response(b"", media_type="text/plain; charset=utf-8")
+    except (OSError, NotPlainFile) as exc:
+        raise Refused(str(exc), 500) from None
+    size = os.fstat(fd).st_size
+
+    async def chunks() -> AsyncIterator[bytes]:
+        offset = 0
+        try:
+            while offset < size:
+                chunk = os.pread(fd, min(1 << 16, size - offset), offset)
+                if not chunk:
+                    return
+                offset += len(chunk)
+                yield chunk
+        finally:
+            os.close(fd)
+
+    return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8")
+
+
+def _events_json(run_dir: Path, tail: str | None) -> Response:
+    if tail is not None and not tail.isdigit():
+        raise Refused("tail: a whole number of events")
+    try:
+        data, size = read_capped(run_dir / EVENTS_FILE, EVENTS_MAX, tail=True)
+    except FileNotFoundError:
+        data, size = b"", 0
+    except (OSError, NotPlainFile) as exc:
+        raise Refused(str(exc), 500) from None
+    lines = data.split(b"\n")
+    if size > len(data):
+        lines = lines[1:]  # the first piece is part of an earlier line
+    events = []
+    for line in lines:
+        try:
+            event = json.loads(line) if line.strip() else None
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    if tail is not None:
+        events = events[-int(tail) :] if int(tail) else []
+    return JSONResponse(events, headers={"cache-control": "no-store"})
+
+
+async def get_result(request: Request) -> Response:
+    run_dir = job_dir(request)
+    record = read_record(run_dir)
+    name = record.get("result_path") or "result.md"
+    if not isinstance(name, str) or "/" in name or name.startswith("."):
+        raise Refused(f"{run_dir / JOB_FILE}: result_path {name!r} is not a file of the run", 500)
+    try:
+        data, _ = read_capped(run_dir / name, RESULT_MAX)
+    except FileNotFoundError:
+        raise Refused(f"{run_dir.name} has no {name}", 404) from None
+    except (OSError, NotPlainFile) as exc:
+        raise Refused(str(exc), 500) from None
+    return Response(data, media_type="text/markdown; charset=utf-8")
+
+
+async def abort(request: Request) -> Response:
+    run_dir = job_dir(request)
+    state = read_record(run_dir).get("state")
+    if state in {s.value for s in TERMINAL_STATES}:
+        raise Refused(f"{run_dir.name} already finished ({state}); nothing to abort", 409)
+    marker = actions.request_abort(request.app.state.layout, run_dir.name)
+    return JSONResponse({"id": run_dir.name, "marker": str(marker)}, status_code=202)
+
+
+async def retry(request: Request) -> Response:
+    run_dir = job_dir(request)
+    try:
+        module = importlib.import_module("hopper.store.resubmit")
+    except ImportError:
+        raise Refused("retry needs a newer hopper (hopper.store.resubmit)", 501) from None
+    try:
+        path = module.resubmit(request.app.state.layout, run_dir.name)
+    except HopperError as exc:
+        status = 409 if type(exc).__name__ == "JobStillActive" else 400
+        raise Refused(exc.render(), status) from None
+    return JSONResponse({"id": run_dir.name, "path": str(path)}, status_code=201)
+
+
+async def read_json(request: Request) -> object:
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > BODY_MAX):
+        raise Refused(f"the request body is over {BODY_MAX} bytes", 413)
+    data = b""
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > BODY_MAX:
+            raise Refused(f"the request body is over {BODY_MAX} bytes", 413)
+    if not data.strip():
+        return {}
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise Refused(f"the request body is not JSON: {exc}") from None
+
+
+async def submit(request: Request) -> Response:
+    payload = await read_json(request)
+    path = actions.submit(request.app.state.layout, request.app.state.config, payload)
+    return JSONResponse({"path": str(path)}, status_code=201)
+
+
+async def pause(request: Request) -> Response:
+    return await _set_pause(request, True)
+
+
+async def resume(request: Request) -> Response:
+    return await _set_pause(request, False)
+
+
+async def _set_pause(request: Request, paused: bool) -> Response:
+    payload = await read_json(request)
+    group = payload.get("group") if isinstance(payload, dict) else None
+    if group is not None and not isinstance(group, str):
+        raise Refused("group: an inbox sub-folder name, as a string")
+    marker = actions.set_pause(request.app.state.layout, paused, group or None)
+    request.app.state.hub.hint("\0root", "PAUSE")
+    return JSONResponse({"paused": paused, "group": group or None, "marker": str(marker)})
+
+
+async def usage(request: Request) -> Response:
+    wanted, _ = job_filter(request)
+    by_name = request.query_params.get("by", GroupBy.AGENT.value)
+    try:
+        by = GroupBy(by_name)
+    except ValueError:
+        raise Refused(f"by: one of {', '.join(g.value for g in GroupBy)}") from None
+    catalog: Catalog = request.app.state.catalog
+    jobs = await catalog.call(Catalog.summaries)
+    rows, total = tally([j for j in jobs if wanted.matches(j)], by)
+    return JSONResponse(
+        {"by": by.value, "rows": [asdict(r) for r in rows], "total": asdict(total)},
+        headers={"cache-control": "no-store"},
+    )

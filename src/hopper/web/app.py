@@ -1,0 +1,134 @@
+"""The dashboard as an ASGI app: the API routes, the page, its static files.
+
+:func:`create_app` wires a :class:`~hopper.web.catalog.Catalog` and a
+:class:`~hopper.web.hub.Hub` into a Starlette app behind the
+:class:`~hopper.web.gate.TokenGate`. The page is one HTML file with plain
+JavaScript and CSS and the vendored xterm.js: all loaded into memory at start
+(a few hundred KB) and served from there, so no path a client sends ever
+reaches the file system.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from importlib import resources
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from hopper.config import Config
+from hopper.store.layout import Layout
+from hopper.web import api
+from hopper.web.actions import Refused
+from hopper.web.catalog import Catalog
+from hopper.web.gate import TokenGate
+from hopper.web.hub import Hub
+
+TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".txt": "text/plain; charset=utf-8",
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+}
+
+
+@dataclass(frozen=True)
+class Asset:
+    body: bytes
+    media_type: str
+    etag: str
+
+
+def load_assets() -> dict[str, Asset]:
+    """Every file under ``hopper/web/static`` by its URL path (``/static/...``)."""
+    out: dict[str, Asset] = {}
+    top = resources.files("hopper.web") / "static"
+
+    def walk(node: resources.abc.Traversable, prefix: str) -> None:
+        for child in node.iterdir():
+            if child.is_dir():
+                walk(child, f"{prefix}{child.name}/")
+                continue
+            suffix = "." + child.name.rsplit(".", 1)[-1] if "." in child.name else ".txt"
+            body = child.read_bytes()
+            out[f"/static/{prefix}{child.name}"] = Asset(
+                body,
+                TYPES.get(suffix, "application/octet-stream"),
+                hashlib.sha256(body).hexdigest()[:16],
+            )
+
+    walk(top, "")
+    return out
+
+
+def create_app(
+    layout: Layout, token: str, config: Config | None = None, *, fallback: float = 10.0
+) -> Starlette:
+    catalog = Catalog(layout)
+    hub = Hub(layout, catalog, fallback=fallback)
+    assets = load_assets()
+
+    async def page(request: Request) -> Response:
+        return _asset(request, assets["/static/index.html"])
+
+    async def static(request: Request) -> Response:
+        asset = assets.get(request.url.path)
+        if asset is None:
+            return Response("not found", status_code=404, media_type="text/plain")
+        return _asset(request, asset)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await hub.start()
+        try:
+            yield
+        finally:
+            await hub.stop()
+            catalog.close()
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, Refused)
+        return api.error(exc.reason, exc.status)
+
+    routes = [
+        Route("/", page),
+        Route("/static/{path:path}", static),
+        Route("/api/jobs", api.list_jobs),
+        Route("/api/overview", api.overview_),
+        Route("/api/usage", api.usage),
+        Route("/api/jobs/{id}", api.get_job),
+        Route("/api/jobs/{id}/log", api.get_log),
+        Route("/api/jobs/{id}/events", api.get_events),
+        Route("/api/jobs/{id}/result", api.get_result),
+        Route("/api/jobs/{id}/abort", api.abort, methods=["POST"]),
+        Route("/api/jobs/{id}/retry", api.retry, methods=["POST"]),
+        Route("/api/submit", api.submit, methods=["POST"]),
+        Route("/api/pause", api.pause, methods=["POST"]),
+        Route("/api/resume", api.resume, methods=["POST"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={Refused: refused},
+        middleware=[Middleware(TokenGate, token=token)],
+    )
+    app.state.layout = layout
+    app.state.config = config or Config()
+    app.state.catalog = catalog
+    app.state.hub = hub
+    return app
+
+
+def _asset(request: Request, asset: Asset) -> Response:
+    headers = {"etag": f'"{asset.etag}"', "cache-control": "no-cache"}
+    if request.headers.get("if-none-match") == f'"{asset.etag}"':
+        return Response(status_code=304, headers=headers)
+    return Response(asset.body, media_type=asset.media_type, headers=headers)

@@ -1,0 +1,102 @@
+"""Live updates under a real uvicorn: pushed from inotify events, not polled.
+
+The server's rescan fallback is set to 30 s, so anything a test sees within
+its 10 s wait came through the file events.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hopper.core.states import JobState, Reason
+from hopper.store.layout import Layout
+from web.webtools import LiveServer, Stream, make_job
+
+
+def open_stream(live: LiveServer, streams: list[Stream], path: str) -> Stream:
+    s = Stream(live.url + path)
+    streams.append(s)
+    return s
+
+
+def test_job_list_stream_pushes_each_change(
+    layout: Layout, live: LiveServer, streams: list[Stream]
+) -> None:
+    make_job(layout, "job-q", JobState.QUEUED)
+    s = open_stream(live, streams, "/api/jobs")
+    assert json.loads(s.wait_for("hello")[0])["paused"] is False
+    make_job(layout, "job-q", JobState.RUNNING, pid=1234)
+    data, _ = s.wait_for("job")
+    assert (json.loads(data)["id"], json.loads(data)["state"]) == ("job-q", "running")
+    make_job(layout, "job-q", JobState.SUCCEEDED)
+    assert json.loads(s.wait_for("job")[0])["state"] == "succeeded"
+    make_job(layout, "job-new", JobState.QUEUED)  # a new run directory
+    assert json.loads(s.wait_for("job")[0])["id"] == "job-new"
+    (layout.root / "PAUSE").touch()
+    assert json.loads(s.wait_for("pause")[0]) == {"paused": True}
+
+
+def test_log_stream_backlog_live_lines_then_end(
+    layout: Layout, live: LiveServer, streams: list[Stream]
+) -> None:
+    run = make_job(layout, "job-r", JobState.RUNNING)
+    log = run / "job.log"
+    log.write_bytes(b"first\n")
+    s = open_stream(live, streams, "/api/jobs/job-r/log")
+    assert s.response.headers["content-type"].startswith("text/event-stream")
+    assert json.loads(s.wait_for("log")[0]) == "first\n"
+    with log.open("ab") as fh:
+        fh.write("second \u00e9".encode()[:-1])  # half of a two-byte character
+        fh.flush()
+        assert json.loads(s.wait_for("log")[0]) == "second "
+        fh.write("\u00e9".encode()[-1:] + b"\n\x1b[32mgreen\x1b[0m\n")
+    assert json.loads(s.wait_for("log")[0]) == "\u00e9\n\x1b[32mgreen\x1b[0m\n"
+    with log.open("ab") as fh:
+        fh.write(b"last words, no newline")
+    make_job(layout, "job-r", JobState.FAILED, reason=Reason.EXIT_NONZERO, exit_code=3)
+    data, before = s.wait_for("end")
+    assert json.loads(data) == {"state": "failed"}
+    assert "last words, no newline" in "".join(json.loads(d) for e, d in before if e == "log")
+    assert s.ended() == []
+
+
+def test_two_followers_get_the_same_bytes_once_each(
+    layout: Layout, live: LiveServer, streams: list[Stream]
+) -> None:
+    run = make_job(layout, "job-2", JobState.RUNNING)
+    a = open_stream(live, streams, "/api/jobs/job-2/log")
+    a.wait_for("start")
+    with (run / "job.log").open("ab") as fh:
+        fh.write(b"one\n")
+    assert json.loads(a.wait_for("log")[0]) == "one\n"
+    b = open_stream(live, streams, "/api/jobs/job-2/log")
+    assert json.loads(b.wait_for("log")[0]) == "one\n"  # the backlog, exactly up to now
+    with (run / "job.log").open("ab") as fh:
+        fh.write(b"two\n")
+    assert json.loads(a.wait_for("log")[0]) == "two\n"
+    assert json.loads(b.wait_for("log")[0]) == "two\n"
+
+
+def test_events_stream_live(layout: Layout, live: LiveServer, streams: list[Stream]) -> None:
+    run = make_job(layout, "job-e", JobState.RUNNING)
+    (run / "events.jsonl").write_text('{"ts": "t0", "event": "claimed"}\n')
+    s = open_stream(live, streams, "/api/jobs/job-e/events")
+    assert json.loads(s.wait_for("event")[0])["event"] == "claimed"
+    with (run / "events.jsonl").open("a") as fh:
+        fh.write('{"ts": "t1", "event": "started", "pid": 9}\n')
+    assert json.loads(s.wait_for("event")[0]) == {"ts": "t1", "event": "started", "pid": 9}
+    make_job(layout, "job-e", JobState.SUCCEEDED)
+    assert json.loads(s.wait_for("end")[0]) == {"state": "succeeded"}
+
+
+def test_a_replaced_log_starts_over(
+    layout: Layout, live: LiveServer, streams: list[Stream]
+) -> None:
+    run = make_job(layout, "job-x", JobState.RUNNING)
+    (run / "job.log").write_bytes(b"attempt one\n")
+    s = open_stream(live, streams, "/api/jobs/job-x/log")
+    s.wait_for("log")
+    (run / "job.log").rename(run / "job.1.log")
+    (run / "job.log").write_bytes(b"attempt two\n")
+    s.wait_for("reset")
+    assert json.loads(s.wait_for("log")[0]) == "attempt two\n"

@@ -1,0 +1,163 @@
+"""Helpers for the dashboard's tests: run directories written by hand, the app served by a
+real uvicorn on 127.0.0.1, and an SSE reader that tests wait on (no polling)."""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from hopper.core.record import JobRecord, Usage
+from hopper.core.states import JobState, Reason
+from hopper.store.jobfile import write_record
+from hopper.store.layout import Layout
+from hopper.web.app import create_app
+from waiting import poll_until
+
+TOKEN = "t" * 43
+T0 = datetime(2026, 11, 22, 1, 0, tzinfo=UTC)
+
+
+def make_job(
+    layout: Layout,
+    job_id: str,
+    state: JobState = JobState.SUCCEEDED,
+    *,
+    name: str | None = None,
+    agent: str = "bash",
+    group: str = "",
+    created: datetime = T0,
+    **fields: Any,
+) -> Path:
+    run_dir = layout.run_dir(job_id)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    terminal = state in (JobState.SUCCEEDED, JobState.FAILED, JobState.ABORTED)
+    defaults: dict[str, Any] = {
+        "started_at": created + timedelta(seconds=1) if state is not JobState.QUEUED else None,
+        "finished_at": created + timedelta(seconds=61) if terminal else None,
+        "duration_seconds": 60.0 if terminal else None,
+        "reason": {
+            JobState.SUCCEEDED: Reason.COMPLETED,
+            JobState.FAILED: Reason.EXIT_NONZERO,
+            JobState.ABORTED: Reason.ABORTED,
+        }.get(state),
+    }
+    record = JobRecord(
+        id=job_id,
+        name=name or job_id,
+        state=state,
+        agent=agent,
+        host="testhost",
+        inbox_path=f"inbox/{group}/{job_id}.prompt.md" if group else f"inbox/{job_id}.prompt.md",
+        created_at=created,
+        **{**defaults, **fields},
+    )
+    write_record(run_dir, record, durable=False)
+    return run_dir
+
+
+def usage(cost: float, tokens: int) -> Usage:
+    return Usage(input_tokens=tokens, output_tokens=tokens // 2, cost_usd=cost)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class LiveServer:
+    def __init__(self, layout: Layout, fallback: float = 30.0) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        app = create_app(layout, TOKEN, fallback=fallback)
+        self.server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host="127.0.0.1",
+                port=self.port,
+                log_level="warning",
+                lifespan="on",
+                timeout_graceful_shutdown=1,
+            )
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        poll_until(lambda: self.server.started, 20, "uvicorn to start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+
+class Stream:
+    """An SSE stream read on a thread; :meth:`wait_for` blocks on its queue, no polling."""
+
+    def __init__(self, url: str, headers: dict[str, str] | None = None) -> None:
+        self.frames: queue.Queue[tuple[str, str] | None] = queue.Queue()
+        self._client = httpx.Client(timeout=httpx.Timeout(30.0))
+        self._cm = self._client.stream(
+            "GET",
+            url,
+            headers={"accept": "text/event-stream", "authorization": f"Bearer {TOKEN}"}
+            | (headers or {}),
+        )
+        self.response = self._cm.__enter__()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        event, data = "message", ""
+        try:
+            for line in self.response.iter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: "):
+                    data = f"{data}\n{line[6:]}" if data else line[6:]
+                elif line == "" and data:
+                    self.frames.put((event, data))
+                    event, data = "message", ""
+        except Exception:  # the stream closed under us at teardown
+            pass
+        self.frames.put(None)
+
+    def wait_for(self, event: str, timeout: float = 10.0) -> tuple[str, list[tuple[str, str]]]:
+        """The data of the next ``event`` frame, and every frame before it."""
+        seen: list[tuple[str, str]] = []
+        while True:
+            try:
+                frame = self.frames.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"no {event!r} frame within {timeout}s; saw {seen}") from None
+            if frame is None:
+                raise AssertionError(f"stream ended before {event!r}; saw {seen}")
+            if frame[0] == event:
+                return frame[1], seen
+            seen.append(frame)
+
+    def ended(self, timeout: float = 10.0) -> list[tuple[str, str]]:
+        """Every frame until the server closes the stream."""
+        rest: list[tuple[str, str]] = []
+        while True:
+            try:
+                frame = self.frames.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"stream still open after {timeout}s: {rest}") from None
+            if frame is None:
+                return rest
+            rest.append(frame)
+
+    def close(self) -> None:
+        self._cm.__exit__(None, None, None)
+        self._client.close()
+        self._thread.join(timeout=10)
