@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FAST_CONFIG, drop
-from hopper.core.prompt import ENV_MAX_BYTES, ENV_MAX_KEYS, BadPrompt, parse
+from hopper.core.prompt import ENV_MAX_BYTES, MAX_ENV, BadPrompt, parse
 from hopper.store.layout import Layout
 
 SECRET = "s3cr3t-Value-7f0e9d"
@@ -110,8 +110,8 @@ def test_env_value_with_nul_is_refused() -> None:
 
 
 def test_env_size_caps() -> None:
-    many = ", ".join(f"K{i} = 'v'" for i in range(ENV_MAX_KEYS + 1))
-    assert f"over the limit of {ENV_MAX_KEYS}" in bad_env(f"env = {{ {many} }}")
+    many = ", ".join(f"K{i} = 'v'" for i in range(MAX_ENV + 1))
+    assert f"sets {MAX_ENV + 1} variables; at most {MAX_ENV}" in bad_env(f"env = {{ {many} }}")
     big = "x" * ENV_MAX_BYTES
     assert f"over the limit of {ENV_MAX_BYTES} bytes" in bad_env(f'env = {{ BIG = "{big}" }}')
 

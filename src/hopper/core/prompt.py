@@ -32,7 +32,6 @@ _BASH_BLOCK = re.compile(r"^```(?:bash|sh)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILIN
 _NAME_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 # Front matter `env`: POSIX-style names, hopper's own HOPPER_* left to hopper, a size cap.
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-ENV_MAX_KEYS = 256
 ENV_MAX_BYTES = 64 * 1024
 # A git branch name hopper accepts: safe path segments, no "..", no leading "-".
 _BRANCH_OK = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,200}(?<![./])$")
@@ -130,9 +129,7 @@ class PromptOptions(BaseModel):
     @field_validator("env")
     @classmethod
     def _env(cls, value: dict[str, str]) -> dict[str, str]:
-        # Messages name keys, never values: a value may be a secret.
-        if len(value) > ENV_MAX_KEYS:
-            raise ValueError(f"has {len(value)} keys, over the limit of {ENV_MAX_KEYS}")
+        # Messages name keys, never values: a value may be a secret. (_env_size counts.)
         size = sum(
             len(k.encode()) + len(v.encode("utf-8", "surrogatepass")) for k, v in value.items()
         )
