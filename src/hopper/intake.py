@@ -229,7 +229,7 @@ class Intake:
             }
         )
         check_transition(record.state, final.state)
-        finalize(self.layout, run_dir, final, now)
+        final = finalize(self.layout, run_dir, final, now)  # where it was filed
         log.log(
             logging.INFO if record.state is JobState.RUNNING else logging.WARNING,
             "job=%s state=%s->%s reason=%s detail=%s",

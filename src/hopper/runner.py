@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import stat
 import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -62,6 +63,7 @@ NOT_STARTED: dict[str, object] = {
     "slurm_job_id": None,
 }
 
+WORK_DIR = "work"  # the default working directory, inside the run directory
 SWEEP_INTERVAL = 0.5  # seconds between checks of ABORT markers and adopted supervisors
 
 # The service manager's variables are for the watcher, not its jobs: a job that
@@ -69,6 +71,28 @@ SWEEP_INTERVAL = 0.5  # seconds between checks of ABORT markers and adopted supe
 SERVICE_ONLY_ENV = frozenset(
     {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "INVOCATION_ID"}
 )
+
+
+def scratch_dir(run_dir: Path) -> Path:
+    """``runs/<id>/work/``: a job's working directory unless it names one.
+
+    Not the run directory itself, where hopper's records live: a job that
+    tidies its working directory (``rm -f *.md``) cannot remove prompt.md.
+    Whatever a job planted at the name (a link) is replaced, never followed.
+    """
+    work = run_dir / WORK_DIR
+    if work.is_symlink() or (work.exists() and not work.is_dir()):
+        work.unlink()
+    work.mkdir(exist_ok=True)
+    return work
+
+
+def _not_a_directory(path: Path) -> bool:
+    """True if ``path`` is gone or is no longer a real directory (a link, a file)."""
+    try:
+        return not stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return True
 
 
 def _reap_adopted(pid: int | None) -> None:
@@ -241,7 +265,7 @@ class Runner:
         if record.workspace_path:
             return Path(record.workspace_path)
         if not record.workdir:
-            return run_dir
+            return scratch_dir(run_dir)
         raw = record.workdir
         if not (raw.startswith("/") or raw.startswith("~")):
             raise BadPrompt(
@@ -294,6 +318,9 @@ class Runner:
                 lambda job=job: self._poll_one(job, sweep=sweep, children=children),  # type: ignore[misc]
                 what=f"job={job_id} cannot be polled or finished",
             ):
+                continue
+            if _not_a_directory(job.run_dir):
+                self._vanished(job)  # deleted (or swapped for a link) under it: filed lost once
                 continue
             # ENOSPC, EIO, a bad file in its run directory …: keep the job and try
             # again next tick (logged once); the supervisor's exit.json is durable.
@@ -425,6 +452,50 @@ class Runner:
             if refined is not None:
                 reason, detail = refined
         self._close(job.run_dir, job.record, reason, detail, status)
+
+    def _vanished(self, job: Running) -> None:
+        """Its run directory was deleted (or swapped for a link) while it ran.
+
+        Filed ``lost`` once, in a fresh run directory, and never retried (its
+        prompt went with the directory); its processes are ended: the
+        supervisor, told to stop, ends the tree and exits without a record.
+        """
+        self.running.pop(job.record.id, None)
+        self.guard.forget(f"poll:{job.record.id}")
+        rec = job.record
+        log.error(
+            "job=%s its run directory %s was deleted while it ran; filing it lost",
+            rec.id,
+            job.run_dir,
+        )
+        if job.supervisor is not None:
+            self._reap.append(job.supervisor)
+        if rec.host == self.intake.ident.host:
+            if identity.is_alive(rec.supervisor_pid, rec.supervisor_start_time):
+                assert rec.supervisor_pid is not None
+                identity.send(rec.supervisor_pid, signal.SIGTERM)
+            else:
+                treekill.end_job(rec.id)
+        try:
+            if job.run_dir.is_symlink():
+                job.run_dir.unlink()  # the link itself, never what it points to
+            job.run_dir.mkdir(exist_ok=True)
+            now = self.clock.now()
+            started = rec.started_at
+            self.intake.file_terminal(
+                job.run_dir,
+                rec,
+                Reason.LOST,
+                "its run directory was deleted while it ran (by the job?); "
+                "its log and prompt went with it",
+                now,
+                {
+                    "finished_at": now,
+                    "duration_seconds": (now - started).total_seconds() if started else None,
+                },
+            )
+        except OSError as exc:
+            log.error("job=%s cannot file it in %s: %s", rec.id, job.run_dir, exc)
 
     def lose(self, job: Running) -> None:
         """The supervisor is gone and recorded nothing: end any orphans, fail as lost."""

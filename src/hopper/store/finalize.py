@@ -6,46 +6,165 @@ Steps and what a crash after each leaves behind:
    the run dir: recovery moves it (the move is idempotent).
 2. ``rename runs/<id>/prompt.md -> processed/…``       -> done; the
    "finalized" event may be missing and is appended by recovery.
+
+A job can reach processed/ and its own run directory, so neither is trusted.
+The move walks processed/ one directory at a time with ``O_NOFOLLOW`` and
+renames relative to those descriptors: a symlink planted at ``processed/team``
+cannot send a prompt outside the root. When the recorded place leads through
+a link or a non-directory, or something already sits at the name (a
+directory planted there), the prompt is filed under the next free name
+(``….2.prompt.md``, then directly in ``processed/``) and job.json records
+where it went, before the move. A prompt.md that is gone (the job removed
+it) is recorded once in job.json (``processed_path`` null, a note in
+``detail``) and in a ``prompt_missing`` event; finalizing never retries it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
 from hopper.core.record import JobRecord
 from hopper.faults import crash_point
-from hopper.store.jobfile import PROMPT_FILE, append_event, write_record
-from hopper.store.layout import Layout
+from hopper.store.jobfile import PROMPT_FILE, append_event, read_record, write_record
+from hopper.store.layout import PROMPT_SUFFIX, Layout
+
+MISSING_NOTE = (
+    "; prompt.md was gone from the run directory when the job was filed "
+    "(removed by the job?), so nothing was filed under processed/"
+)
+ALTERNATES = 5  # numbered names tried in a taken place before processed/ itself
+
+# (the processed path actually used or None, a note for detail) -> written to job.json
+Settle = Callable[[str | None, str], None]
 
 
-def finalize(layout: Layout, run_dir: Path, record: JobRecord, now: datetime) -> None:
-    """Write the terminal ``record`` (its processed_path set) and move the prompt."""
+class FinalizeBlocked(OSError):
+    """No safe, free place under processed/ for a prompt (the message says what to check)."""
+
+
+def finalize(layout: Layout, run_dir: Path, record: JobRecord, now: datetime) -> JobRecord:
+    """Write the terminal ``record`` (its processed_path set), move the prompt; the
+    record as filed (processed_path changed if the planned place was unusable)."""
     assert record.processed_path is not None
     write_record(run_dir, record)
     crash_point("finalize.after_record")
-    move_prompt(layout, run_dir, record.processed_path)
+    filed = record
+
+    def settle(used: str | None, note: str) -> None:
+        nonlocal filed
+        filed = filed.model_copy(
+            update={"processed_path": used, "detail": (filed.detail or "") + note}
+        )
+        write_record(run_dir, filed)
+
+    _file(layout, run_dir, record.processed_path, settle, now)
     crash_point("finalize.after_move")
     append_event(
         run_dir,
         "finalized",
         now,
-        state=record.state,
-        reason=record.reason,
-        processed_path=record.processed_path,
+        state=filed.state,
+        reason=filed.reason,
+        processed_path=filed.processed_path,
     )
+    return filed
 
 
 def move_prompt(layout: Layout, run_dir: Path, processed_rel: str) -> bool:
-    """Move prompt.md to ``processed_rel``; False if it was already moved."""
-    source = run_dir / PROMPT_FILE
-    target = layout.root / processed_rel
-    target.parent.mkdir(parents=True, exist_ok=True)
+    """Recovery's step 2: move prompt.md to ``processed_rel`` (or the next free,
+    safe name, recorded in job.json first); False if there was nothing to move."""
+
+    def settle(used: str | None, note: str) -> None:
+        record = read_record(run_dir)
+        update = {"processed_path": used, "detail": (record.detail or "") + note}
+        write_record(run_dir, record.model_copy(update=update))
+
+    moved = _file(layout, run_dir, processed_rel, settle, None)
+    return moved is not None and os.path.lexists(layout.root / moved)
+
+
+def _file(
+    layout: Layout, run_dir: Path, rel: str, settle: Settle, now: datetime | None
+) -> str | None:
+    """Move the prompt; the processed path it is at (None: there was none)."""
+    if not os.path.lexists(run_dir / PROMPT_FILE):
+        if os.path.lexists(layout.root / rel):
+            return rel  # moved before a crash
+        settle(None, MISSING_NOTE)
+        if now is not None:
+            append_event(run_dir, "prompt_missing", now, planned_path=rel)
+        return None
+    run_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        os.rename(source, target)
+        for candidate in _candidates(rel):
+            parent_fd = _open_parent(layout, candidate)
+            if parent_fd is None:
+                continue  # leads through a link or a file
+            try:
+                name = Path(candidate).name
+                if _occupied(name, parent_fd):
+                    continue
+                if candidate != rel:
+                    settle(candidate, f"; filed as {candidate}: {rel} was taken or unsafe")
+                os.rename(PROMPT_FILE, name, src_dir_fd=run_fd, dst_dir_fd=parent_fd)
+                return candidate
+            finally:
+                os.close(parent_fd)
+    finally:
+        os.close(run_fd)
+    raise FinalizeBlocked(
+        f"{layout.root / rel}: no safe, free place for the prompt under processed/; "
+        "check processed/ for symlinks or files planted in place of folders"
+    )
+
+
+def _candidates(rel: str) -> Iterator[str]:
+    """The planned place, numbered names beside it, then the same in processed/ itself."""
+    path = Path(rel)
+    stem = path.name[: -len(PROMPT_SUFFIX)] if path.name.endswith(PROMPT_SUFFIX) else path.name
+    top = Path(path.parts[0]) if path.parts else Path("processed")
+    for folder in dict.fromkeys([path.parent, top]):
+        yield str(folder / path.name)
+        for n in range(2, 2 + ALTERNATES):
+            yield str(folder / f"{stem}.{n}{PROMPT_SUFFIX}")
+
+
+def _open_parent(layout: Layout, rel: str) -> int | None:
+    """A descriptor of ``rel``'s folder, made as needed, reached without following
+    a link below the root; None if a component is a link or not a directory."""
+    fd = os.open(layout.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    for part in Path(rel).parent.parts:
+        if part in ("", ".", ".."):
+            os.close(fd)
+            return None
+        try:
+            os.mkdir(part, 0o755, dir_fd=fd)
+        except FileExistsError:
+            pass
+        except OSError:
+            os.close(fd)
+            raise
+        try:
+            child = os.open(
+                part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+            )
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                return None  # a link or a file where a folder belongs
+            raise
+        os.close(fd)
+        fd = child
+    return fd
+
+
+def _occupied(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except FileNotFoundError:
-        if target.exists():
-            return False
-        raise
+        return False
     return True

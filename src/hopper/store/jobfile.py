@@ -56,7 +56,10 @@ def _corrupt(exc: UnreadableFile, what: str) -> JobFileCorrupt:
 
 def write_record(run_dir: Path, record: JobRecord, *, durable: bool = True) -> None:
     write_atomic(
-        run_dir / JOB_FILE, record.model_dump_json(indent=2).encode() + b"\n", durable=durable
+        run_dir / JOB_FILE,
+        record.model_dump_json(indent=2).encode() + b"\n",
+        durable=durable,
+        follow_parent=False,  # a run directory swapped for a link is refused
     )
 
 
