@@ -122,7 +122,7 @@ def test_leftovers_that_keep_forking_are_ended_when_the_job_exits(layout: Layout
     wait_for(lambda: read_record(run_dir).state is JobState.SUCCEEDED, timeout=60, what="done")
     assert not hopper_alive(layout), "a generation of the hopper outlived its job"
     ended = [e for e in read_events(run_dir) if e["event"] == "leftovers_ended"]
-    assert ended and ended[0]["killed"] >= 1 and ended[0]["escaped"] == 0, ended
+    assert ended and ended[0]["processes"] >= 1 and ended[0]["escaped"] == 0, ended
 
 
 def test_recovery_ends_a_setsid_child_of_a_dead_supervisor(
