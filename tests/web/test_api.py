@@ -405,9 +405,22 @@ def test_static_files_and_unknown_ones(jobs: Layout, client: TestClient) -> None
     assert client.get("/static/nope.js").status_code == 404
 
 
-def test_retry_of_an_active_job_is_refused(jobs: Layout, client: TestClient) -> None:
+def test_retry_puts_the_prompt_back_as_a_new_job(jobs: Layout, client: TestClient) -> None:
+    (jobs.run_dir("job-c") / "prompt.md").write_text('+++\nagent = "bash"\n+++\nexit 3\n')
+    r = client.post("/api/jobs/job-c/retry")
+    assert r.status_code == 201, r.text
+    path = Path(r.json()["path"])
+    assert path.parent == jobs.inbox and path.name.endswith(".prompt.md")
+    assert 'retry_of = "job-c"' in path.read_text()
+
+
+def test_retry_refusals(jobs: Layout, client: TestClient) -> None:
     r = client.post("/api/jobs/job-b/retry")
-    assert r.status_code in (409, 501)
+    assert r.status_code == 409
+    assert "only a finished job can be retried" in r.json()["error"]
+    r = client.post("/api/jobs/job-a/retry")  # finished, but its prompt is gone
+    assert r.status_code == 422
+    assert "no prompt left" in r.json()["error"]
     assert list(jobs.inbox.rglob("*.prompt.md")) == []
 
 

@@ -9,7 +9,6 @@ docs/web.md lists every endpoint.
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import re
@@ -30,14 +29,15 @@ from hopper.core.states import TERMINAL_STATES, JobState
 from hopper.core.tally import GroupBy, tally
 from hopper.errors import HopperError
 from hopper.store.jobfile import EVENTS_FILE, JOB_FILE, LOG_FILE
+from hopper.store.resubmit import CannotResubmit, JobStillActive, resubmit
+from hopper.store.saferead import RECORD_LIMIT, UnreadableFile, read_bytes, read_json
 from hopper.web import actions, sse
 from hopper.web.actions import Refused
 from hopper.web.catalog import Catalog, counts
-from hopper.web.files import NotPlainFile, open_regular, read_capped
+from hopper.web.files import open_regular, read_tail
 from hopper.web.hub import Hub
 
 API_VERSION = 1
-RECORD_MAX = 4 << 20
 RESULT_MAX = 4 << 20
 EVENTS_MAX = 4 << 20
 BODY_MAX = 2 << 20
@@ -71,12 +71,11 @@ def job_dir(request: Request) -> Path:
 
 def read_record(run_dir: Path) -> dict[str, Any]:
     try:
-        data, _ = read_capped(run_dir / JOB_FILE, RECORD_MAX)
-        record = json.loads(data)
+        record = read_json(run_dir / JOB_FILE, RECORD_LIMIT)
     except FileNotFoundError:
         raise Refused(f"{run_dir.name}: no job.json yet (a claim in progress)", 404) from None
-    except (OSError, NotPlainFile, ValueError, RecursionError) as exc:
-        raise Refused(f"{run_dir / JOB_FILE}: cannot be read: {exc}", 500) from None
+    except UnreadableFile as exc:
+        raise Refused(exc.render(), 500) from None
     if not isinstance(record, dict):
         raise Refused(f"{run_dir / JOB_FILE}: not a JSON object", 500)
     return record
@@ -183,8 +182,8 @@ def _stream_file(path: Path) -> Response:
         fd = open_regular(path)
     except FileNotFoundError:
         return Response(b"", media_type="text/plain; charset=utf-8")
-    except (OSError, NotPlainFile) as exc:
-        raise Refused(str(exc), 500) from None
+    except (OSError, UnreadableFile) as exc:
+        raise Refused(exc.render() if isinstance(exc, UnreadableFile) else str(exc), 500) from None
     size = os.fstat(fd).st_size
 
     async def chunks() -> AsyncIterator[bytes]:
@@ -206,11 +205,11 @@ def _events_json(run_dir: Path, tail: str | None) -> Response:
     if tail is not None and not tail.isdigit():
         raise Refused("tail: a whole number of events")
     try:
-        data, size = read_capped(run_dir / EVENTS_FILE, EVENTS_MAX, tail=True)
+        data, size = read_tail(run_dir / EVENTS_FILE, EVENTS_MAX)
     except FileNotFoundError:
         data, size = b"", 0
-    except (OSError, NotPlainFile) as exc:
-        raise Refused(str(exc), 500) from None
+    except (OSError, UnreadableFile) as exc:
+        raise Refused(exc.render() if isinstance(exc, UnreadableFile) else str(exc), 500) from None
     lines = data.split(b"\n")
     if size > len(data):
         lines = lines[1:]  # the first piece is part of an earlier line
@@ -234,11 +233,11 @@ async def get_result(request: Request) -> Response:
     if not isinstance(name, str) or "/" in name or name.startswith("."):
         raise Refused(f"{run_dir / JOB_FILE}: result_path {name!r} is not a file of the run", 500)
     try:
-        data, _ = read_capped(run_dir / name, RESULT_MAX)
+        data = read_bytes(run_dir / name, RESULT_MAX, truncate=True)
     except FileNotFoundError:
         raise Refused(f"{run_dir.name} has no {name}", 404) from None
-    except (OSError, NotPlainFile) as exc:
-        raise Refused(str(exc), 500) from None
+    except (OSError, UnreadableFile) as exc:
+        raise Refused(exc.render() if isinstance(exc, UnreadableFile) else str(exc), 500) from None
     return Response(data, media_type="text/markdown; charset=utf-8")
 
 
@@ -252,20 +251,20 @@ async def abort(request: Request) -> Response:
 
 
 async def retry(request: Request) -> Response:
+    """``hopper retry``: the finished job's prompt back into the inbox, as a new job."""
     run_dir = job_dir(request)
     try:
-        module = importlib.import_module("hopper.store.resubmit")
-    except ImportError:
-        raise Refused("retry needs a newer hopper (hopper.store.resubmit)", 501) from None
-    try:
-        path = module.resubmit(request.app.state.layout, run_dir.name)
-    except HopperError as exc:
-        status = 409 if type(exc).__name__ == "JobStillActive" else 400
-        raise Refused(exc.render(), status) from None
+        path = resubmit(request.app.state.layout, run_dir.name)
+    except JobStillActive as exc:
+        raise Refused(exc.render(), 409) from None
+    except CannotResubmit as exc:
+        raise Refused(exc.render(), 422) from None
+    except HopperError as exc:  # JobNotFound: vanished since the id was checked
+        raise Refused(exc.render(), 404) from None
     return JSONResponse({"id": run_dir.name, "path": str(path)}, status_code=201)
 
 
-async def read_json(request: Request) -> object:
+async def read_body(request: Request) -> object:
     length = request.headers.get("content-length")
     if length is not None and (not length.isdigit() or int(length) > BODY_MAX):
         raise Refused(f"the request body is over {BODY_MAX} bytes", 413)
@@ -283,7 +282,7 @@ async def read_json(request: Request) -> object:
 
 
 async def submit(request: Request) -> Response:
-    payload = await read_json(request)
+    payload = await read_body(request)
     path = actions.submit(request.app.state.layout, request.app.state.config, payload)
     return JSONResponse({"path": str(path)}, status_code=201)
 
@@ -297,7 +296,7 @@ async def resume(request: Request) -> Response:
 
 
 async def _set_pause(request: Request, paused: bool) -> Response:
-    payload = await read_json(request)
+    payload = await read_body(request)
     group = payload.get("group") if isinstance(payload, dict) else None
     if group is not None and not isinstance(group, str):
         raise Refused("group: an inbox sub-folder name, as a string")

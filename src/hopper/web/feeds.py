@@ -21,7 +21,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hopper.web.files import NotPlainFile, open_regular
+from hopper.store.saferead import UnreadableFile
+from hopper.web.files import open_regular
 
 BACKLOG_BYTES = 256 * 1024
 PUMP_BYTES = 1 << 20
@@ -64,7 +65,7 @@ class Feed:
         self.more = False  # the last pump stopped at PUMP_BYTES
         try:
             fd = open_regular(path)
-        except (OSError, NotPlainFile):
+        except (OSError, UnreadableFile):
             return
         try:
             st = os.fstat(fd)
@@ -85,7 +86,7 @@ class Feed:
             fd = open_regular(self.path)
         except FileNotFoundError:
             return [("start", json.dumps({"cut": False}))]
-        except (OSError, NotPlainFile) as exc:
+        except (OSError, UnreadableFile) as exc:
             return [("problem", json.dumps(str(exc)))]
         try:
             data = os.pread(fd, end - start, start) if end > start else b""
@@ -107,7 +108,7 @@ class Feed:
             fd = open_regular(self.path)
         except FileNotFoundError:
             return []
-        except (OSError, NotPlainFile) as exc:
+        except (OSError, UnreadableFile) as exc:
             return [("problem", json.dumps(str(exc)))]
         out: list[Message] = []
         try:

@@ -1,9 +1,11 @@
-"""Reading a run directory's files for the dashboard: never a link, never a FIFO.
+"""Reading a run directory's files by descriptor: never a link, never a FIFO.
 
-A job runs as the same user and can replace its own job.log (or plant
-``result.md``) with a symbolic link to any file that user can read, or with a
-FIFO. So the dashboard opens each file with ``O_NOFOLLOW | O_NONBLOCK``,
-checks ``fstat`` says "regular file", and reads at most a cap.
+Whole small files (job.json, result.md) are read with ``store/saferead.py``.
+What the dashboard reads by offset — the end of a big job.log or
+events.jsonl, a log it follows — needs the descriptor itself, so
+:func:`open_regular` opens it the same way (``lstat`` first, then
+``O_NOFOLLOW | O_NONBLOCK``, ``fstat`` must say "regular file") and raises the
+same :class:`~hopper.store.saferead.UnreadableFile`.
 """
 
 from __future__ import annotations
@@ -13,42 +15,56 @@ import os
 import stat
 from pathlib import Path
 
-READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+from hopper.store.saferead import READ_FLAGS, UnreadableFile, file_kind
 
-
-class NotPlainFile(OSError):
-    """The path is a link, FIFO, device or directory: hopper does not read it."""
+_HINT = "hopper never follows links or reads special files in a run directory"
 
 
 def open_regular(path: Path) -> int:
-    """A read-only fd of the regular file ``path``; FileNotFoundError, NotPlainFile, OSError."""
+    """A read-only fd of the regular file ``path``: FileNotFoundError or UnreadableFile."""
     try:
+        kind = file_kind(os.lstat(path).st_mode)
+        if kind:
+            raise UnreadableFile(
+                f"is {kind}, not a regular file", path=path, hint=_HINT, problem="not_regular"
+            )
         fd = os.open(path, READ_FLAGS)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # a symbolic link
-            raise NotPlainFile(f"{path} is a symbolic link; hopper does not follow it") from None
+    except FileNotFoundError:
         raise
+    except OSError as exc:
+        link = exc.errno == errno.ELOOP
+        raise UnreadableFile(
+            "is a symbolic link, not a regular file"
+            if link
+            else f"cannot be read: {exc.strerror or exc}",
+            path=path,
+            hint=_HINT,
+            problem="not_regular" if link else "io",
+        ) from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise NotPlainFile(f"{path} is not a regular file; hopper does not read it")
+        raise UnreadableFile(
+            "changed into something other than a regular file",
+            path=path,
+            hint=_HINT,
+            problem="not_regular",
+        )
     return fd
 
 
-def read_capped(path: Path, limit: int, *, tail: bool = False) -> tuple[bytes, int]:
-    """Up to ``limit`` bytes of ``path`` (its start, or with ``tail`` its end) and its size."""
+def read_tail(path: Path, limit: int) -> tuple[bytes, int]:
+    """The last ``limit`` bytes (at most) of ``path``, and its size."""
     fd = open_regular(path)
     try:
         size = os.fstat(fd).st_size
-        start = max(0, size - limit) if tail else 0
+        start = max(0, size - limit)
         chunks: list[bytes] = []
-        want = min(limit, size - start)
-        while want > 0:
-            chunk = os.pread(fd, min(want, 1 << 20), start)
+        while start < size:
+            chunk = os.pread(fd, min(size - start, 1 << 20), start)
             if not chunk:
                 break
             chunks.append(chunk)
             start += len(chunk)
-            want -= len(chunk)
         return b"".join(chunks), size
     finally:
         os.close(fd)
