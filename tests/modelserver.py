@@ -27,8 +27,10 @@ Scripting: each model request (a POST to one of the two endpoints) takes the nex
 turn from a FIFO queue; when the queue is empty the reply is ``text(default_text)``.
 A turn is one of:
 
-* ``text(s, delay=0.0)`` — a plain assistant text reply; ``delay`` seconds pass
-  between SSE chunks (a slow stream; the text is sent in several deltas).
+* ``text(s, delay=0.0, chunks=3)`` — a plain assistant text reply; ``delay``
+  seconds pass between SSE chunks (a slow stream; the text is sent in
+  ``chunks`` deltas of equal size: ``"tick0\ntick1\n"`` with ``chunks=2`` is
+  one line per delta).
 * ``tool(command, delay=0.0)`` — one shell tool call running ``command``. For
   Anthropic it is a ``Bash`` tool_use ``{"command": command}``; for Responses the
   tool name and argument shape are taken from the request's ``tools`` list
@@ -93,11 +95,12 @@ class Turn:
     times: int = 1
     delay: float = 0.0
     retry_after: float = 0.0
+    chunks: int = 3
 
 
-def text(s: str, delay: float = 0.0) -> Turn:
-    """A plain text reply; ``delay`` seconds between stream chunks."""
-    return Turn("text", text=s, delay=delay)
+def text(s: str, delay: float = 0.0, chunks: int = 3) -> Turn:
+    """A plain text reply in ``chunks`` deltas; ``delay`` seconds between stream chunks."""
+    return Turn("text", text=s, delay=delay, chunks=chunks)
 
 
 def tool(command: str, delay: float = 0.0) -> Turn:
@@ -488,7 +491,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "content_block": {"type": "text", "text": ""},
                 },
             )
-            for piece in _chunks(turn.text):
+            for piece in _chunks(turn.text, turn.chunks):
                 self._event(
                     "content_block_delta",
                     {
@@ -575,7 +578,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "part": {"type": "output_text", "text": "", "annotations": []},
                 },
             )
-            for piece in _chunks(turn.text):
+            for piece in _chunks(turn.text, turn.chunks):
                 ev(
                     "response.output_text.delta",
                     {"item_id": item["id"], "output_index": 0, "content_index": 0, "delta": piece},

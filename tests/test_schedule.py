@@ -88,6 +88,16 @@ def test_sessions_run_one_at_a_time_in_claim_order() -> None:
     assert decide([b]).start == [b.id]
 
 
+def test_a_paused_session_holds_all_its_jobs_and_says_why() -> None:
+    a, b, c = job(1, session="s"), job(2, session="s"), job(3, session="t")
+    pause = Pause(sessions={"s": "job x failed agent_error/auth (on_error = pause)"})
+    d = decide([a, b, c], pause=pause)
+    assert d.start == [c.id]
+    assert d.paused == {a.id, b.id}  # so `hopper run --until-idle` drains past them
+    assert d.waiting[a.id].startswith("session s paused: job x failed agent_error/auth")
+    assert d.waiting[b.id] == d.waiting[a.id]
+
+
 def test_dependency_waits_then_starts() -> None:
     dep = job(1)
     after = job(2, after=["job1"])

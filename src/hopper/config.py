@@ -80,6 +80,14 @@ class AgentConfig(BaseModel):
     on_idle: Literal["abort", "nudge"] = Field(
         "abort", description="after idle_timeout: stop the job, or resume it with a nudge"
     )
+    on_error: Literal["fail", "retry", "pause"] = Field(
+        "retry",
+        description="an API error: rerun retryable kinds (retry), fail, or fail and hold "
+        "the session's later prompts (pause)",
+    )
+    on_dead: Literal["fail", "resume"] = Field(
+        "fail", description="the CLI died without a result: fail, or resume the session"
+    )
     argv: list[str] | None = Field(None, description="custom agent: argv template")
     format: Literal["text", "claude-jsonl", "codex-jsonl"] = "text"
     stdin: bool = Field(True, description="custom agent: the prompt on stdin")

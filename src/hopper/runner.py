@@ -18,7 +18,7 @@ from pathlib import Path
 from hopper import workspace
 from hopper.agents.base import JobContext, Preparation
 from hopper.agents.registry import lookup
-from hopper.agents.summary import read_agent_summary, record_fields
+from hopper.agents.summary import read_agent_summary, read_live_state, record_fields
 from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core import prompt as prompts
@@ -372,6 +372,7 @@ class Runner:
             live = read_resources(job.run_dir)  # the supervisor's latest measurement
             if live is not None:
                 update["resources"] = live
+            update.update(read_live_state(job.run_dir))  # an agent's live state, if any
             job.record = job.record.model_copy(update=update)
             write_record(job.run_dir, job.record, durable=False)
             job.next_heartbeat = mono + self.config.heartbeat_interval
@@ -447,7 +448,8 @@ class Runner:
         reason, detail = outcome.reason, outcome.detail
         agent = read_agent_summary(job.run_dir, now)
         if agent is not None:
-            job.record = job.record.model_copy(update=record_fields(agent))
+            live = read_live_state(job.run_dir)  # the agent's last state and detail
+            job.record = job.record.model_copy(update={**live, **record_fields(agent)})
             refined = final_reason(reason, agent)
             if refined is not None:
                 reason, detail = refined

@@ -475,7 +475,11 @@ class Watcher:
             queued=window,
             running=mine,
             limits=self.limits,
-            pause=read_pause(self.layout, (r.group for r in self.queued.values())),
+            pause=read_pause(
+                self.layout,
+                (r.group for r in self.queued.values()),
+                (r.session for r in self.queued.values()),  # on_error = pause
+            ),
             known=self._known_jobs(),
             now=self.clock.now(),
             dependency_timeout=self.config.dependency_timeout,

@@ -45,18 +45,20 @@ def agent_config(
     url: str,
     *,
     claude_retries: int = 0,
+    codex_retries: int = 0,
     claude_version: str | None = None,
     codex_version: str | None = None,
     **tables: dict[str, Any],
 ) -> dict[str, dict[str, str]]:
     """Write the config: fast timings, [agents.claude] and [agents.codex] for the server.
 
-    ``claude_version`` / ``codex_version`` pick an installed CLI version (default: pinned).
+    ``claude_version`` / ``codex_version`` pick an installed CLI version (default: pinned);
+    ``claude_retries`` / ``codex_retries`` are the CLIs' own retries (default: none).
     """
     home = tmp_path / "agent-home"
     envs = {
         "claude": claude_env(home, url, max_retries=claude_retries),
-        "codex": codex_env(home, url),
+        "codex": codex_env(home, url, retries=codex_retries),
     }
     base: dict[str, dict[str, Any]] = {
         "claude": {

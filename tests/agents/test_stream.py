@@ -6,9 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from hopper.agents.drive import build_argv
-from hopper.agents.stream import parse_line, replay
-from hopper.core.agent_outcome import error_kind, final_reason, judge, retryable
+from hopper.agents.argv import build_argv
+from hopper.agents.policy import final_state, retry_delay
+from hopper.agents.stream import StreamState, parse_line, replay
+from hopper.core.agent_outcome import (
+    error_kind,
+    final_reason,
+    judge,
+    live_action,
+    retryable,
+)
 from hopper.core.sessions import busy_sessions, session_free
 from hopper.core.states import Reason
 
@@ -133,6 +140,7 @@ def test_argv_never_contains_the_prompt() -> None:
     }
     assert build_argv(spec, "u-1", False) == [
         "claude", "-p", "--output-format", "stream-json", "--verbose",
+        "--include-partial-messages",
         "--permission-mode", "bypassPermissions", "--session-id", "u-1",
     ]  # fmt: skip
     assert build_argv(spec, "u-1", True)[-2:] == ["--resume", "u-1"]
@@ -150,3 +158,80 @@ def test_argv_never_contains_the_prompt() -> None:
         "run_dir": "/r",
     }
     assert build_argv(custom, None, False) == ["x", "--in=/r/p.md", "/w", "$(rm -rf /)"]
+
+
+def test_partial_messages_render_line_by_line_once() -> None:
+    """2.1.197's deltas: each line when its newline arrives, the rest at the block's end,
+    and the whole message that follows is not printed a second time."""
+    state = StreamState("claude")
+    rendered: list[list[str]] = []
+    for line in recorded("claude", "partial_2.1.197"):
+        obj = parse_line(line)
+        if obj is not None:
+            rendered.append(state.feed(obj))
+    flat = [ln for lines in rendered for ln in lines]
+    assert flat.count("[assistant]") == 1
+    assert [ln for ln in flat if ln.startswith("  line")] == ["  line1", "  line2", "  line3"]
+    # line1 was out before the delta carrying line3 arrived
+    first = next(i for i, lines in enumerate(rendered) if "  line1" in lines)
+    last = next(i for i, lines in enumerate(rendered) if "  line3" in lines)
+    assert first < last
+    assert state.summary()["result"] == "line1\nline2\nline3"
+    assert judge(state.summary(), 0).ok
+
+
+def test_claude_retry_event_is_judged_live() -> None:
+    state, lines = replay("claude", recorded("claude", "retry_401"))
+    (err,) = state.live
+    assert err.kind == "auth" and live_action(err.kind) == "stop"
+    assert err.delay_seconds is not None and 0 < err.delay_seconds < 5
+    assert any(ln.startswith("[retry] API error 401") for ln in lines)
+
+
+def test_codex_reconnect_is_judged_live() -> None:
+    state = StreamState("codex")
+    msg = "Reconnecting... 1/5 (unexpected status 401 Unauthorized: bad key, url: http://x/v1)"
+    state.feed({"type": "error", "message": msg})
+    assert [e.kind for e in state.live] == ["auth"]
+    state.live.clear()
+    state.feed({"type": "error", "message": "Reconnecting... 2/5 (stream disconnected)"})
+    assert [e.kind for e in state.live] == ["network"]
+
+
+@pytest.mark.parametrize(
+    ("status", "text", "code", "kind", "action"),
+    [
+        (401, "", "authentication_failed", "auth", "stop"),
+        (403, "", "permission_error", "permission", "stop"),
+        (402, "", "", "billing", "stop"),
+        (400, "Your credit balance is too low", "", "billing", "stop"),
+        (429, "You exceeded your current quota", "insufficient_quota", "quota", "hopper"),
+        (429, "", "rate_limit", "rate_limit", "hopper"),
+        (529, "", "overloaded_error", "overloaded", "hopper"),
+        (None, "connection refused", "", "network", "hopper"),
+        (500, "", "api_error", "server", "wait"),
+        (None, "something odd", "", "unknown", "wait"),
+    ],
+)
+def test_live_error_kinds_and_actions(
+    status: int | None, text: str, code: str, kind: str, action: str
+) -> None:
+    assert error_kind(status, text, code) == kind
+    assert live_action(kind) == action
+
+
+def test_retry_delay_respects_announced_wait_and_caps() -> None:
+    assert retry_delay(2.0, 1, None) == 2.0
+    assert retry_delay(2.0, 3, 0.5) == 8.0
+    assert retry_delay(0.1, 1, 30.0) == 30.0  # retry-after wins over a shorter backoff
+    assert retry_delay(0.1, 1, 1e9) == 600.0
+
+
+def test_final_state() -> None:
+    assert final_state("succeeded", None, [], "Done.") == ("idle", None)
+    assert final_state("succeeded", None, [], "Shall I also fix b.py?")[0] == "waiting_for_input"
+    assert final_state("agent_error", "permission_denied", ["Bash: x"], None)[0] == (
+        "waiting_for_input"
+    )
+    assert final_state("agent_error", "auth", [], None) == ("api_error", None)
+    assert final_state("agent_error", "unknown", [], None) == ("idle", None)

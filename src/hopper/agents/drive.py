@@ -5,22 +5,32 @@ library plus hopper's pure stream/outcome modules: no pydantic, starts fast).
 Because it is the job itself, everything below keeps going if the watcher is
 killed and restarted; the watcher only reads the files it leaves:
 
-* runs the agent CLI with the prompt on stdin (never on a command line),
-  its stdout on a pipe, its stderr straight into job.log;
+* runs the agent CLI in its own process group, with the prompt on stdin
+  (never on a command line), its stdout on a pipe, its stderr into job.log;
 * appends every raw stream line to ``agent.jsonl`` and the rendered,
-  human-readable lines to its own stdout, which *is* job.log (O_APPEND), live;
-* retries a run that failed with a retryable kind (rate_limit, overloaded,
-  network), with exponential backoff, up to ``api_retries`` times;
-* aborts a run that prints nothing for ``idle_timeout`` (SIGINT, SIGTERM, SIGKILL);
+  human-readable lines to its own stdout, which *is* job.log (O_APPEND), live
+  (partial assistant text too, line by line);
+* judges each error the CLI reports *as it arrives* (``live_action``): a
+  fatal kind (auth, permission, billing) stops the CLI's whole group at once
+  and fails the job; a kind hopper retries (rate_limit, quota, overloaded,
+  network) stops it too, and ``on_error`` decides: ``retry`` reruns after
+  hopper's own backoff (at least the CLI's announced delay, which carries
+  retry-after), up to ``api_retries``; ``fail`` fails; ``pause`` fails and
+  holds the session's later prompts (``<root>/sessions/<name>.paused``);
+* keeps ``agent.state.json`` (the live agent state) current;
+* stops a run that prints nothing for ``idle_timeout`` (SIGINT, SIGTERM,
+  SIGKILL to the CLI's group): ``on_idle`` aborts or nudges;
+* resumes a CLI that died without a result when ``on_dead = "resume"``;
 * records the session (``<root>/sessions/<name>.json``) after a successful turn;
 * runs the ``check`` argv in the workdir and, while it fails, resumes the
-  session with the check's output as the next message, up to ``max_nudges``;
-* writes ``result.md`` (the final message) and ``agent.json`` (the verdict,
-  session id, usage, denials …) atomically, and exits 0 only on success.
+  session with the check's output as the next message;
+* writes ``result.md`` and ``agent.json`` atomically; exits 0 only on success.
 
-SIGINT/SIGTERM (the supervisor's stop signals, sent to the whole process
-group, so the CLI receives them too) make it stop starting anything new: it
-reads the CLI's last lines (Claude prints its result on SIGINT), records, exits.
+Nudges of every kind (check, idle, dead) share ``max_nudges``.
+
+SIGINT/SIGTERM (the supervisor's stop signals) are forwarded to the CLI's
+group and make the driver stop starting anything new: it reads the CLI's last
+lines (Claude prints its result on SIGINT), records, exits.
 """
 
 from __future__ import annotations
@@ -37,64 +47,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hopper.agents import sessionmap
+from hopper.agents.argv import build_argv
+from hopper.agents.groupstop import GroupStop
+from hopper.agents.livestate import LiveState, iso
+from hopper.agents.policy import (
+    CONTINUE_TEXT,
+    check_nudge_text,
+    final_state,
+    idle_nudge_text,
+    retry_delay,
+)
 from hopper.agents.stream import StreamState, parse_line, shorten
-from hopper.core.agent_outcome import judge, retryable
+from hopper.core.agent_outcome import judge, live_action, retryable
 from hopper.store.atomic import write_atomic
+
+__all__ = ["RESULT_FILE", "SPEC_FILE", "SUMMARY_FILE", "build_argv"]
 
 SPEC_FILE = "agent.spec.json"
 STREAM_FILE = "agent.jsonl"
 SUMMARY_FILE = "agent.json"
 RESULT_FILE = "result.md"
 EVENTS_FILE = "events.jsonl"
-CHECK_OUTPUT_CHARS = 6000
-
-
-def _iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1e6):06d}+00:00"
-
-
-def build_argv(spec: dict[str, Any], session_id: str | None, resume: bool) -> list[str]:
-    """The CLI's argv for one run. Pure; the prompt is never part of it (it goes on stdin)."""
-    kind = spec["kind"]
-    binary = str(spec["bin"])
-    extra = [str(a) for a in spec.get("args") or []]
-    if kind == "claude":
-        argv = [binary, "-p", "--output-format", "stream-json", "--verbose"]
-        if spec.get("permission_mode"):
-            argv += ["--permission-mode", str(spec["permission_mode"])]
-        if spec.get("model"):
-            argv += ["--model", str(spec["model"])]
-        if session_id:
-            argv += ["--resume" if resume else "--session-id", session_id]
-        return argv + extra
-    if kind == "codex":
-        argv = [binary, "exec", "--json", "--skip-git-repo-check"]
-        sandbox = spec.get("sandbox")
-        if sandbox == "bypass":
-            argv.append("--dangerously-bypass-approvals-and-sandbox")
-        elif sandbox:
-            argv += ["-s", str(sandbox)]
-        if spec.get("model"):
-            argv += ["-m", str(spec["model"])]
-        argv += extra
-        if resume and session_id:
-            argv += ["resume", session_id]
-        return [*argv, "-"]
-    # a custom agent: its argv template, placeholders filled (whole arguments only)
-    values = {
-        "prompt_file": str(spec.get("message_file") or spec["prompt_file"]),
-        "workdir": str(spec["workdir"]),
-        "run_dir": str(spec["run_dir"]),
-        "session_id": session_id or "",
-        "job_id": str(spec.get("job_id") or ""),
-    }
-    out: list[str] = []
-    for arg in spec["argv"]:
-        text = str(arg)
-        for key, value in values.items():
-            text = text.replace("{" + key + "}", value)
-        out.append(text)
-    return out + extra
+DEFAULT_IDLE_AFTER = 30.0  # seconds without output before the live state says idle
 
 
 @dataclass
@@ -106,6 +81,8 @@ class RunResult:
     kind: str | None
     detail: str
     text_tail: str = ""
+    dead: bool = False  # the CLI ended without a result and nobody stopped it
+    delay: float | None = None  # the CLI's announced retry delay, when hopper took over
 
 
 class Driver:
@@ -118,18 +95,22 @@ class Driver:
         self.dialect = self.dialect.removesuffix("-jsonl")
         self.structured = self.dialect in ("claude", "codex")
         self.stopping = False
+        self.signals: list[int] = []  # stop signals received, to forward to the CLI's group
         self.proc: subprocess.Popen[bytes] | None = None
         self.totals: dict[str, Any] = {"usage": {}, "cost_usd": None, "turns": 0}
         self.denials: list[str] = []
+        self.live = LiveState(self.run_dir)
+        self.taken: tuple[str, str, float | None] | None = None  # a live error hopper acted on
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGTERM, self._on_stop)
 
     def _on_stop(self, signum: int, frame: object) -> None:
         self.stopping = True
+        self.signals.append(signum)
 
     # -- files ------------------------------------------------------------------
     def event(self, name: str, **fields: Any) -> None:
-        line = json.dumps({"ts": _iso(time.time()), "event": name, **fields}) + "\n"
+        line = json.dumps({"ts": iso(time.time()), "event": name, **fields}) + "\n"
         fd = os.open(
             self.run_dir / EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
         )
@@ -143,39 +124,29 @@ class Driver:
         sys.stdout.flush()
 
     # -- sessions ---------------------------------------------------------------
-    def session_file(self) -> Path | None:
-        name = self.spec.get("session")
-        if not name or not self.spec.get("sessions_dir"):
+    def sessions_dir(self) -> Path | None:
+        if not self.spec.get("session") or not self.spec.get("sessions_dir"):
             return None
-        return Path(self.spec["sessions_dir"]) / f"{name}.json"
+        return Path(self.spec["sessions_dir"])
 
     def known_session(self) -> str | None:
-        path = self.session_file()
-        if path is None:
+        where = self.sessions_dir()
+        entry = sessionmap.read_entry(where, self.spec["session"]) if where else None
+        if entry is None or entry.agent != self.spec.get("agent_name"):
             return None
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
-        if data.get("agent") != self.spec.get("agent_name"):
-            return None
-        sid = data.get("session_id")
-        return sid if isinstance(sid, str) and sid else None
+        return entry.session_id
 
     def remember_session(self, session_id: str) -> None:
-        path = self.session_file()
-        if path is None:
-            return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = {
-            "name": self.spec["session"],
-            "agent": self.spec.get("agent_name"),
-            "session_id": session_id,
-            "workdir": self.workdir,
-            "job_id": self.spec.get("job_id"),
-            "updated_at": _iso(time.time()),
-        }
-        write_atomic(path, json.dumps(data, indent=2).encode() + b"\n")
+        where = self.sessions_dir()
+        if where is not None:
+            sessionmap.write_entry(
+                where,
+                self.spec["session"],
+                str(self.spec.get("agent_name")),
+                session_id,
+                self.workdir,
+                self.spec.get("job_id"),
+            )
 
     # -- one CLI run --------------------------------------------------------------
     def run_agent(self, message: Path, session_id: str | None, resume: bool) -> RunResult:
@@ -183,11 +154,18 @@ class Driver:
         state = StreamState(self.dialect)
         self.event("agent_started", argv0=argv[0], resume=resume, session_id=session_id)
         self.say(f"[hopper] {'resuming' if resume else 'starting'} {self.spec.get('agent_name')}")
+        self.live.set("starting")
         stdin_path = message if self.spec.get("stdin", True) else Path(os.devnull)
         with open(stdin_path, "rb") as stdin:
             try:
+                # its own group: an idle or error stop reaches every child it started
                 proc = subprocess.Popen(
-                    argv, cwd=self.workdir, stdin=stdin, stdout=subprocess.PIPE, stderr=None
+                    argv,
+                    cwd=self.workdir,
+                    stdin=stdin,
+                    stdout=subprocess.PIPE,
+                    stderr=None,
+                    process_group=0,
                 )
             except OSError as exc:
                 self.say(f"[error] cannot start {argv[0]}: {exc}")
@@ -196,26 +174,40 @@ class Driver:
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
         idle_timeout = self.spec.get("idle_timeout")
+        idle_after = float(self.spec.get("idle_after") or DEFAULT_IDLE_AFTER)
+        if idle_timeout is not None:
+            idle_after = min(idle_after, float(idle_timeout) / 2)
         buf = b""
         tail = b""
         last = time.monotonic()
         idle = False
+        self.taken = None
+        stop = GroupStop(proc, float(self.spec.get("grace", 5.0)))
         stream = open(self.run_dir / STREAM_FILE, "ab")  # noqa: SIM115
         try:
             while True:
+                if self.signals:  # the supervisor's stop: pass it on, it escalates itself
+                    stop.send(self.signals.pop(0))
+                if stop.tick():
+                    break
                 ready, _, _ = select.select([fd], [], [], 0.2)
                 if not ready:
                     quiet = time.monotonic() - last
-                    if idle_timeout is not None and not idle and quiet >= idle_timeout:
+                    if quiet >= idle_after and self.live.state in ("starting", "working"):
+                        self.live.set("idle", detail=f"no output for {quiet:.0f}s")
+                    timed_out = idle_timeout is not None and quiet >= idle_timeout
+                    if timed_out and not idle and not self.taken:
                         idle = True
                         self.event("idle_timeout", idle_timeout_seconds=idle_timeout)
                         self.say(f"[hopper] no output for {idle_timeout:g}s: stopping the agent")
-                        self._stop_child(proc)
+                        stop.begin()
                     continue
                 chunk = os.read(fd, 65536)
                 if not chunk:
                     break
                 last = time.monotonic()
+                if not self.taken:
+                    self.live.activity()
                 if not self.structured:
                     sys.stdout.buffer.write(chunk)
                     sys.stdout.flush()
@@ -225,6 +217,8 @@ class Driver:
                 *lines, buf = buf.split(b"\n")
                 for line in lines:
                     self._line(line, state, stream)
+                if self._judge_live(state):
+                    stop.begin()
             if buf.strip():
                 self._line(buf, state, stream)
         finally:
@@ -233,6 +227,10 @@ class Driver:
         code = self._wait(proc)
         self.proc = None
         self.event("agent_exited", exit_code=code)
+        if self.taken is not None:
+            _, kind, delay = self.taken
+            detail = f"the CLI reported a {kind} error and was stopped at once"
+            return RunResult(state, code, False, False, kind, detail, delay=delay)
         if not self.structured:
             ok = code == 0
             return RunResult(
@@ -244,10 +242,11 @@ class Driver:
                 "the agent exited 0" if ok else f"the agent exited {code}",
                 tail.decode("utf-8", "replace"),
             )
-        verdict = judge(state.summary(), code)
         if idle:
             return RunResult(state, code, True, False, None, "no output for idle_timeout")
-        return RunResult(state, code, False, verdict.ok, verdict.kind, verdict.detail)
+        verdict = judge(state.summary(), code)
+        dead = not state.completed and not state.failed and not self.stopping
+        return RunResult(state, code, False, verdict.ok, verdict.kind, verdict.detail, dead=dead)
 
     def _line(self, line: bytes, state: StreamState, stream: Any) -> None:
         if not line.strip():
@@ -261,19 +260,30 @@ class Driver:
         for text in state.feed(obj):
             self.say(text)
 
-    def _stop_child(self, proc: subprocess.Popen[bytes]) -> None:
-        grace = float(self.spec.get("grace", 5.0))
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                proc.send_signal(sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=grace)
-                return
-            except subprocess.TimeoutExpired:
+    def _judge_live(self, state: StreamState) -> bool:
+        """Act on what the stream just said; True when the CLI must be stopped now."""
+        if state.waiting and not self.taken:
+            self.live.set("waiting_for_input", detail=state.waiting)
+        state.waiting = None
+        stop = False
+        for err in state.live:
+            action = live_action(err.kind)
+            self.event("agent_api_error", error_kind=err.kind, detail=err.text, action=action)
+            if self.taken:
                 continue
-        proc.kill()
+            if action == "wait":  # the CLI retries it (a 500 …): show it
+                self.live.set("retrying", err.kind, err.text)
+                continue
+            self.taken = (action, err.kind, err.delay_seconds)
+            stop = True
+            if action == "stop":
+                self.live.set("api_error", err.kind, err.text)
+                self.say(f"[hopper] {err.kind} error ({err.text}): stopping the agent")
+            else:
+                self.live.set("retrying", err.kind, err.text)
+                self.say(f"[hopper] {err.kind} ({err.text}): hopper takes over the retry")
+        state.live.clear()
+        return stop
 
     @staticmethod
     def _wait(proc: subprocess.Popen[bytes]) -> int | None:
@@ -317,8 +327,10 @@ class Driver:
             time.sleep(min(0.05, end - time.monotonic()))
 
     def turn(self, message: Path, session_id: str | None, resume: bool) -> RunResult:
-        """One message to the agent, with retries of retryable failures."""
+        """One message to the agent, with hopper's retries of retryable failures."""
         retries = int(self.spec.get("api_retries") or 0)
+        if (self.spec.get("on_error") or "retry") != "retry":
+            retries = 0
         backoff = float(self.spec.get("retry_backoff") or 0.0)
         attempt = 0
         while True:
@@ -330,12 +342,21 @@ class Driver:
             if self.stopping or res.ok or res.idle or not retryable(res.kind) or attempt >= retries:
                 return res
             attempt += 1
-            delay = backoff * (2 ** (attempt - 1))
+            delay = retry_delay(backoff, attempt, res.delay)
             self.event("agent_retry", attempt=attempt, kind=res.kind, delay_seconds=delay)
             self.say(f"[hopper] {res.kind}: retry {attempt}/{retries} in {delay:g}s")
+            self.live.set("retrying", res.kind, f"retry {attempt}/{retries} in {delay:g}s")
             self.sleep(delay)
             if self.stopping:
                 return res
+
+    def nudge(self, nudges: int, text: str, why: str, **fields: Any) -> Path:
+        message = self.run_dir / f"nudge-{nudges}.md"
+        write_atomic(message, text.encode(), durable=False)
+        max_nudges = int(self.spec.get("max_nudges") or 0)
+        self.event("nudge", nudge=nudges, max_nudges=max_nudges, why=why, **fields)
+        self.say(f"[hopper] nudge {nudges}/{max_nudges}: {why}; resuming")
+        return message
 
     def main(self) -> int:
         for stale in (SUMMARY_FILE, RESULT_FILE):  # from an earlier attempt of this job
@@ -365,19 +386,17 @@ class Driver:
                 quiet = float(self.spec.get("idle_timeout") or 0)
                 if self.spec.get("on_idle") == "nudge" and sid and nudges < max_nudges:
                     nudges += 1
-                    message = self.run_dir / f"nudge-{nudges}.md"
-                    text = (
-                        f"You have printed nothing for {quiet:g} seconds. Carry on with the "
-                        "task; if you are stuck or waiting on something, say what and stop.\n"
-                    )
-                    write_atomic(message, text.encode(), durable=False)
-                    self.event("nudge", nudge=nudges, max_nudges=max_nudges, why="idle")
-                    self.say(f"[hopper] nudge {nudges}/{max_nudges}: idle for {quiet:g}s; resuming")
+                    message = self.nudge(nudges, idle_nudge_text(quiet), "idle")
                     session_id, resume = sid, True
                     continue
                 outcome = "idle_timeout"
                 detail = f"the agent printed nothing for {quiet:g}s and was stopped"
                 break
+            if res.dead and self.spec.get("on_dead") == "resume" and sid and nudges < max_nudges:
+                nudges += 1
+                message = self.nudge(nudges, CONTINUE_TEXT, "dead", exit_code=res.exit_code)
+                session_id, resume = sid, True
+                continue
             if not res.ok:
                 outcome, detail, kind = "agent_error", res.detail, res.kind
                 break
@@ -402,18 +421,25 @@ class Driver:
                 )
                 break
             nudges += 1
-            message = self.run_dir / f"nudge-{nudges}.md"
-            text = (
-                f"The check `{' '.join(check)}` failed with exit code {check_code}. "
-                "Fix the problem so that it passes. Its output:\n\n```\n"
-                f"{shorten(output, CHECK_OUTPUT_CHARS)}\n```\n"
-            )
-            write_atomic(message, text.encode(), durable=False)
-            self.event("nudge", nudge=nudges, max_nudges=max_nudges, check_exit_code=check_code)
-            self.say(f"[hopper] nudge {nudges}/{max_nudges}: the check failed; resuming")
+            text = check_nudge_text(check, check_code, output)
+            message = self.nudge(nudges, text, "the check failed", check_exit_code=check_code)
             session_id, resume = sid, True
-        self.finish(res, outcome, detail, kind, nudges, check_code)
+        paused = self.pause_session(outcome, kind, detail)
+        self.finish(res, outcome, detail, kind, nudges, check_code, paused)
         return 0 if outcome == "succeeded" else 1
+
+    def pause_session(self, outcome: str, kind: str | None, detail: str) -> str | None:
+        """``on_error = "pause"``: an API error holds the session's later prompts."""
+        where = self.sessions_dir()
+        if outcome != "agent_error" or self.spec.get("on_error") != "pause" or where is None:
+            return None
+        if kind in (None, "unknown", "permission_denied"):
+            return None  # not an API error: the agent's own failure
+        why = f"failed agent_error/{kind} (on_error = pause): {detail[:200]}"
+        path = sessionmap.write_pause(where, self.spec["session"], self.spec.get("job_id"), why)
+        self.event("session_paused", session=self.spec["session"], error_kind=kind)
+        self.say(f"[hopper] session {self.spec['session']} paused: remove {path} to go on")
+        return str(self.spec["session"])
 
     def finish(
         self,
@@ -423,6 +449,7 @@ class Driver:
         kind: str | None,
         nudges: int,
         check_code: int | None,
+        paused: str | None = None,
     ) -> None:
         summary = res.state.summary()
         result_text = summary.get("result") if self.structured else res.text_tail
@@ -430,6 +457,8 @@ class Driver:
         if result_text:
             write_atomic(self.run_dir / RESULT_FILE, (result_text.rstrip() + "\n").encode())
             result_path = RESULT_FILE
+        agent_state, state_detail = final_state(outcome, kind, self.denials, result_text)
+        self.live.set(agent_state, kind if agent_state == "api_error" else None, state_detail)
         record = {
             "outcome": outcome,
             "detail": detail,
@@ -441,6 +470,8 @@ class Driver:
             "nudges": nudges,
             "check_exit_code": check_code,
             "result_path": result_path,
+            "agent_state": agent_state,
+            "session_paused": paused,
         }
         write_atomic(self.run_dir / SUMMARY_FILE, json.dumps(record, indent=2).encode() + b"\n")
         self.event("agent_outcome", outcome=outcome, error_kind=kind, nudges=nudges)

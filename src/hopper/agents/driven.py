@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hopper.agents import npm
+from hopper.agents import npm, sessionmap
 from hopper.agents.base import JobContext, Preparation
 from hopper.agents.drive import SPEC_FILE
 from hopper.config import AgentConfig
@@ -49,6 +49,50 @@ def sessions_dir(run_dir: Path) -> str:
     return str(run_dir.parent.parent / "sessions")
 
 
+def session_cwd(job: JobContext, agent_name: str) -> Path:
+    """Where the CLI of a session job runs: one directory for the whole session.
+
+    The session's recorded workdir, else this job's own directory when it has
+    one (a ``workdir``, a route's, a folder or worktree), else
+    ``<root>/sessions/<name>/work``. A later prompt whose ``workdir`` key names
+    another directory than the session's is a bad prompt: the CLIs keep a
+    conversation per working directory (Claude 2.1.197 cannot resume it
+    anywhere else), and a session that hops directories is a mistake to report.
+    """
+    name = job.spec.options.session
+    assert name
+    where = Path(sessions_dir(job.run_dir))
+    entry = sessionmap.read_entry(where, name)
+    recorded = entry.workdir if entry is not None and entry.agent == agent_name else None
+    actual = job.workdir
+    in_run = actual == job.run_dir or job.run_dir in actual.parents
+    own = None if in_run else actual
+    if recorded is None:
+        if own is not None:
+            return own
+        folder = sessionmap.session_workdir(where, name)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+    named = job.spec.options.workdir
+    if own is not None and named is not None:
+        wanted = Path(os.path.expanduser(named))
+        if wanted.resolve() == own.resolve() and own.resolve() != Path(recorded).resolve():
+            raise BadPrompt(
+                f"session {name!r} runs in {recorded}, but this prompt names workdir {named!r}",
+                hint="drop the workdir key (the session's directory is used), give the "
+                "session's, or start a new session name",
+            )
+    folder = Path(recorded)
+    if folder == sessionmap.session_workdir(where, name):
+        folder.mkdir(parents=True, exist_ok=True)
+    if not folder.is_dir():
+        raise BadPrompt(
+            f"session {name!r} runs in {recorded}, which no longer exists",
+            hint=f"recreate it, or remove {sessionmap.map_path(where, name)} to start afresh",
+        )
+    return folder
+
+
 def prepare_driven(
     job: JobContext, agent_name: str, kind: str, cfg: AgentConfig, extra: dict[str, Any]
 ) -> Preparation:
@@ -64,7 +108,7 @@ def prepare_driven(
         "agent_name": agent_name,
         "job_id": job.job_id,
         "run_dir": str(job.run_dir),
-        "workdir": str(job.workdir),
+        "workdir": str(session_cwd(job, agent_name) if opts.session else job.workdir),
         "prompt_file": str(job.run_dir / PROMPT_BODY_FILE),
         "args": expand_argv(cfg.args, job.values),
         "model": cfg.model,
@@ -74,6 +118,8 @@ def prepare_driven(
         "max_nudges": (opts.max_nudges if opts.max_nudges is not None else DEFAULT_MAX_NUDGES),
         "idle_timeout": idle if idle is not None else cfg.idle_timeout,
         "on_idle": opts.on_idle or cfg.on_idle,
+        "on_error": opts.on_error or cfg.on_error,
+        "on_dead": opts.on_dead or cfg.on_dead,
         "api_retries": cfg.api_retries,
         "retry_backoff": cfg.retry_backoff,
         "grace": 5.0,

@@ -1,10 +1,16 @@
 """Agent output streams -> rendered log lines and a summary. Pure, standard library only.
 
-Claude Code (``--output-format stream-json --verbose``) and Codex (``exec
---json``) print one JSON object per line. A :class:`StreamState` is fed those
-objects one at a time (:meth:`StreamState.feed`); each call returns the
-human-readable lines for ``job.log`` and updates the running summary (session
-id, final message, usage, denials, errors). ``summary()`` is what
+Claude Code (``--output-format stream-json --verbose
+--include-partial-messages``) and Codex (``exec --json``) print one JSON object
+per line. Claude's ``stream_event`` text deltas are rendered line by line as
+they arrive (the complete ``assistant`` message that follows is then not
+printed again). Errors the CLI is about to retry itself (Claude's
+``api_retry``, Codex's ``Reconnecting…``) are classified as they arrive and
+queued in :attr:`StreamState.live` for the driver to act on at once.
+A :class:`StreamState` is fed those objects one at a time
+(:meth:`StreamState.feed`); each call returns the human-readable lines for
+``job.log`` and updates the running summary (session id, final message,
+usage, denials, errors). ``summary()`` is what
 :func:`hopper.core.agent_outcome.judge` decides on. Event shapes are
 documented in docs/agents-cli-facts.md and recorded in tests/data/.
 """
@@ -13,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from hopper.core.agent_outcome import error_kind
 
@@ -45,6 +51,18 @@ def _indent(text: str, prefix: str = "  ") -> str:
     return "\n".join(prefix + line for line in text.splitlines()) if text else prefix.rstrip()
 
 
+class LiveError(NamedTuple):
+    """An error the CLI reported mid-run (and would retry on its own)."""
+
+    kind: str
+    delay_seconds: float | None  # the CLI's announced wait (carries retry-after), if any
+    text: str
+
+
+# Tools with which a headless agent asks the human something (nobody will answer).
+ASKING_TOOLS = frozenset({"AskUserQuestion"})
+
+
 @dataclass
 class StreamState:
     """Everything learnt from one agent run's stream so far."""
@@ -65,6 +83,10 @@ class StreamState:
     permission_denials: list[str] = field(default_factory=list)
     api_retries: int = 0
     model: str | None = None
+    live: list[LiveError] = field(default_factory=list)  # taken (and cleared) by the driver
+    waiting: str | None = None  # why the agent waits for a human (a denial, a question)
+    streamed: bool = False  # the current message's text was rendered from deltas
+    partial: str = ""  # streamed text not yet ended by a newline
 
     # -- feeding ----------------------------------------------------------------
     def feed(self, obj: dict[str, Any]) -> list[str]:
@@ -103,7 +125,33 @@ class StreamState:
             return self._claude_user(obj)
         if kind == "result":
             return self._claude_result(obj)
+        if kind == "stream_event":
+            return self._claude_partial(obj.get("event") or {})
         return []
+
+    def _claude_partial(self, event: dict[str, Any]) -> list[str]:
+        """A partial message (``--include-partial-messages``): text, line by line."""
+        etype = event.get("type")
+        if etype == "content_block_start":
+            block = event.get("content_block") or {}
+            if block.get("type") == "text":
+                self.streamed, self.partial = True, ""
+                return ["[assistant]"]
+            return []
+        if etype == "content_block_delta":
+            delta = event.get("delta") or {}
+            if delta.get("type") != "text_delta" or not self.streamed:
+                return []
+            self.partial += str(delta.get("text") or "")
+            *done, self.partial = self.partial.split("\n")
+            return ["  " + line for line in done]
+        if etype == "content_block_stop":
+            return self._flush_partial()
+        return []
+
+    def _flush_partial(self) -> list[str]:
+        rest, self.partial = self.partial, ""
+        return ["  " + rest] if rest else []
 
     def _claude_system(self, obj: dict[str, Any]) -> list[str]:
         sub = obj.get("subtype")
@@ -115,12 +163,24 @@ class StreamState:
             ]
         if sub == "api_retry":
             self.api_retries += 1
+            status = obj.get("error_status")
+            status = status if isinstance(status, int) else None
+            code = str(obj.get("error") or "")
+            delay = obj.get("retry_delay_ms")
+            self.live.append(
+                LiveError(
+                    error_kind(status, "", code),
+                    float(delay) / 1000 if isinstance(delay, int | float) else None,
+                    f"API error {status} ({code})",
+                )
+            )
             return [
                 f"[retry] API error {obj.get('error_status')} ({obj.get('error')}); "
                 f"retry {obj.get('attempt')}/{obj.get('max_retries')} "
                 f"in {obj.get('retry_delay_ms')} ms"
             ]
         if sub == "permission_denied":
+            self.waiting = f"a permission was refused: {obj.get('tool_name')}"
             return [f"[denied] {obj.get('tool_name')}: {shorten(str(obj.get('message', '')))}"]
         return []
 
@@ -131,16 +191,24 @@ class StreamState:
             status = obj.get("api_error_status")
             self.error_status = status if isinstance(status, int) else self.error_status
             self.error_kind = error_kind(self.error_status, "", str(obj.get("error") or ""))
+        streamed, self.streamed = self.streamed, False
         for block in message.get("content") or []:
             if not isinstance(block, dict):
                 continue
             if block.get("type") == "text" and block.get("text"):
                 text = str(block["text"])
                 self.last_text = text
+                if streamed:  # already in the log, line by line
+                    out += self._flush_partial()
+                    if obj.get("aborted"):
+                        out.append("[assistant, interrupted]")
+                    continue
                 tag = "[assistant, interrupted]" if obj.get("aborted") else "[assistant]"
                 out.append(f"{tag}\n{_indent(shorten(text, TEXT_CHARS))}")
             elif block.get("type") == "tool_use":
                 self.tool_calls += 1
+                if block.get("name") in ASKING_TOOLS:
+                    self.waiting = "the agent asked a question"
                 out.append(f"[tool] {block.get('name')}: {_tool_input(block.get('input'))}")
         return out
 
@@ -175,6 +243,8 @@ class StreamState:
                 self.permission_denials.append(
                     f"{denial.get('tool_name')}: {_tool_input(denial.get('tool_input'))}"
                 )
+        if self.permission_denials:
+            self.waiting = f"a permission was refused: {self.permission_denials[0]}"
         status = obj.get("api_error_status")
         if obj.get("is_error"):
             self.failed = True
@@ -229,6 +299,7 @@ class StreamState:
             message = str(obj.get("message") or "")
             if message.startswith("Reconnecting"):
                 self.api_retries += 1
+                self.live.append(LiveError(error_kind(None, message), None, message))
                 return [f"[retry] {message}"]
             self.error = message
             return [f"[error] {message}"]

@@ -18,7 +18,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from hopper.agents.drive import RESULT_FILE, SUMMARY_FILE
-from hopper.core.record import Usage
+from hopper.agents.livestate import STATE_FILE
+from hopper.core.record import AgentState, Usage
 from hopper.store.jobfile import append_event
 from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, parse_model, read_bytes
 
@@ -61,6 +62,8 @@ class AgentSummary(BaseModel):
     nudges: Count | None = None
     check_exit_code: int | None = None
     result_path: str | None = None
+    agent_state: AgentState | None = None
+    session_paused: Annotated[str, Field(max_length=200)] | None = None
 
     @field_validator("result_path")
     @classmethod
@@ -104,4 +107,41 @@ def record_fields(agent: dict[str, Any]) -> dict[str, Any]:
         "error_kind": agent.get("error_kind"),
         "permission_denials": list(agent.get("permission_denials") or []),
         "nudges": agent.get("nudges"),
+        "agent_state": agent.get("agent_state"),
+        "session_paused": bool(agent.get("session_paused")),
     }
+
+
+class AgentLive(BaseModel):
+    """``runs/<id>/agent.state.json``, as ``hopper.agents.livestate`` writes it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    agent_state: AgentState
+    error_kind: Annotated[str, Field(max_length=40)] | None = None
+    detail: Annotated[str, Field(max_length=2000)] | None = None
+    last_activity_at: datetime | None = None
+
+
+LIVE_LIMIT = 16 * 1024
+
+
+def read_live_state(run_dir: Path) -> dict[str, Any]:
+    """The JobRecord fields of the agent's live state; {} when there is none (or it is bad).
+
+    Read on every heartbeat: a file that is missing, torn, too big or not what
+    the driver writes is skipped silently (the next heartbeat tries again).
+    """
+    path = run_dir / STATE_FILE
+    try:
+        live = parse_model(AgentLive, read_bytes(path, LIVE_LIMIT), path)
+    except (FileNotFoundError, UnreadableFile):
+        return {}
+    fields: dict[str, Any] = {
+        "agent_state": live.agent_state,
+        "agent_detail": live.detail,
+        "last_activity_at": live.last_activity_at,
+    }
+    if live.agent_state in ("api_error", "retrying"):
+        fields["error_kind"] = live.error_kind
+    return fields

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TextIO
 
+from hopper.cli.activity import agent_activity, describe, pause_lines
 from hopper.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_root_args, context, warn
 from hopper.core.durations import BadDuration, format_duration, parse_duration
 from hopper.core.record import JobRecord
@@ -24,7 +25,17 @@ from hopper.store.index import JobIndex
 from hopper.store.layout import Layout
 from hopper.store.lookup import unclaimed
 
-COLUMNS = ("ID", "NAME", "AGENT", "STATE", "REASON", "STARTED", "DURATION", "ATTEMPT")
+COLUMNS = (
+    "ID",
+    "NAME",
+    "AGENT",
+    "STATE",
+    "AGENT_STATE",  # running agent jobs: working, retrying:rate_limit, api_error:auth …
+    "REASON",
+    "STARTED",
+    "DURATION",
+    "ATTEMPT",
+)
 GLOB_CHARS = frozenset("*?[")
 
 
@@ -91,7 +102,7 @@ def resolve(jobs: list[JobSummary], ref: str) -> list[JobSummary]:
     return exact or [j for j in jobs if j.id.startswith(key) or j.name.casefold() == folded]
 
 
-def summary_row(job: JobSummary, now: float) -> tuple[str, ...]:
+def summary_row(job: JobSummary, now: float, activity: str = "-") -> tuple[str, ...]:
     started = (
         datetime.fromtimestamp(job.started_at).strftime("%m-%d %H:%M:%S")
         if job.started_at is not None
@@ -108,6 +119,7 @@ def summary_row(job: JobSummary, now: float) -> tuple[str, ...]:
         job.name,
         job.agent,
         job.state.value,
+        activity,
         job.reason or "-",
         started,
         took,
@@ -116,7 +128,7 @@ def summary_row(job: JobSummary, now: float) -> tuple[str, ...]:
 
 
 def row(record: JobRecord, now: datetime) -> tuple[str, ...]:
-    return summary_row(summarize(record), now.timestamp())
+    return summary_row(summarize(record), now.timestamp(), describe(record))
 
 
 def table(rows: list[tuple[str, ...]]) -> str:
@@ -164,12 +176,18 @@ def handle(args: argparse.Namespace) -> int:
             return code
     for line in pending:
         print(line)
+    for line in pause_lines(layout):
+        print(line)
     if not jobs and pending:
         return code
     if not jobs:
         print(f"no jobs under {layout.runs}" + (" match" if _filtered(args) else ""))
         return code
-    print(table([COLUMNS, *(summary_row(j, now) for j in jobs)]))
+    rows = [
+        summary_row(j, now, agent_activity(layout, j.id) if j.state is JobState.RUNNING else "-")
+        for j in jobs
+    ]
+    print(table([COLUMNS, *rows]))
     return code
 
 

@@ -18,6 +18,7 @@ import curses
 import time
 from typing import Any
 
+from hopper.cli.activity import agent_activity
 from hopper.cli.common import add_root_args, context
 from hopper.core.durations import format_duration
 from hopper.core.overview import Liveness, Overview, overview
@@ -133,7 +134,8 @@ class View:
             )
             job = self.current()
             where = f"{self.running.index(job) + 1}/{len(self.running)}" if job else ""
-            put(scr, 1, f" running {where}: {tabs}", width, curses.A_BOLD)
+            state = f"  agent: {agent_activity(self.layout, job.id)}" if job else ""
+            put(scr, 1, f" running {where}: {tabs}{state}", width, curses.A_BOLD)
         else:
             put(scr, 1, " no running jobs", width, curses.A_BOLD)
         for i, line in enumerate(self.output(height - 3)):

@@ -15,8 +15,22 @@ from typing import Any
 from hopper.core.states import Reason
 
 # The kinds of agent error a person (or a retry policy) can branch on.
-KINDS = ("auth", "rate_limit", "overloaded", "server", "network", "permission_denied", "unknown")
-RETRYABLE = frozenset({"rate_limit", "overloaded", "network"})
+KINDS = (
+    "auth",
+    "permission",
+    "billing",
+    "quota",
+    "rate_limit",
+    "overloaded",
+    "server",
+    "network",
+    "permission_denied",
+    "unknown",
+)
+# Hopper reruns these (on_error = "retry", up to api_retries, its own backoff).
+RETRYABLE = frozenset({"rate_limit", "quota", "overloaded", "network"})
+# No retry can fix these: the CLI is stopped at the first sign (a retry event).
+FATAL = frozenset({"auth", "permission", "billing"})
 
 _STATUS = re.compile(r"\b([1-5]\d\d)\b")
 _NETWORK_WORDS = (
@@ -39,11 +53,37 @@ def retryable(kind: str | None) -> bool:
     return kind in RETRYABLE
 
 
+def fatal(kind: str | None) -> bool:
+    """Whether an error of this kind ends the job at once (no retry can fix it)."""
+    return kind in FATAL
+
+
+def live_action(kind: str | None) -> str:
+    """What the driver does when the CLI reports an error it is about to retry itself.
+
+    ``"stop"``: a fatal kind: stop the CLI now, the job fails. ``"hopper"``: a
+    kind hopper retries: stop the CLI now and apply hopper's own policy
+    (``on_error``, ``api_retries``, its backoff, at least the delay the CLI
+    announced, which carries the server's retry-after) instead of the CLI's
+    minutes of silent retries. ``"wait"``: anything else (a 500, an unknown
+    error): let the CLI retry, and show ``retrying``.
+    """
+    if fatal(kind):
+        return "stop"
+    if retryable(kind):
+        return "hopper"
+    return "wait"
+
+
 def kind_for_status(status: int | None) -> str | None:
     if status is None:
         return None
-    if status in (401, 403):
+    if status == 401:
         return "auth"
+    if status == 402:
+        return "billing"
+    if status == 403:
+        return "permission"
     if status == 429:
         return "rate_limit"
     if status == 529:
@@ -55,17 +95,23 @@ def kind_for_status(status: int | None) -> str | None:
 
 def error_kind(status: int | None = None, text: str = "", code: str | None = None) -> str:
     """Classify an agent error from an HTTP status, an error code word and/or its text."""
+    word = (code or "").lower()
+    low = text.lower()
+    if "quota" in word or "quota" in low:
+        return "quota"  # before the status: a 429 "insufficient_quota" is not a rate limit
+    if "billing" in word or "credit balance" in low or "billing" in low:
+        return "billing"
     kind = kind_for_status(status)
     if kind:
         return kind
-    word = (code or "").lower()
     if "auth" in word or "invalid_api_key" in word:
         return "auth"
+    if "permission_error" in word or "forbidden" in word:
+        return "permission"
     if "rate_limit" in word:
         return "rate_limit"
     if "overloaded" in word:
         return "overloaded"
-    low = text.lower()
     match = _STATUS.search(low)
     if match and ("status" in low or "api error" in low or "http" in low):
         kind = kind_for_status(int(match.group(1)))

@@ -67,6 +67,8 @@ class PromptOptions(BaseModel):
     max_nudges: Annotated[int, Field(ge=0, le=20)] | None = None
     idle_timeout: Annotated[str | int | float | None, Field(union_mode="left_to_right")] = None
     on_idle: Literal["abort", "nudge"] | None = None
+    on_error: Literal["fail", "retry", "pause"] | None = None
+    on_dead: Literal["fail", "resume"] | None = None
     retries: Annotated[int, Field(ge=0, le=100)] | None = None
     memory_max: Annotated[str | int | None, Field(union_mode="left_to_right")] = None
     output_max: Annotated[str | int | None, Field(union_mode="left_to_right")] = None

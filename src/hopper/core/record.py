@@ -17,6 +17,7 @@ from hopper.core.states import JobState, Reason
 SCHEMA_VERSION: Literal[1] = 1
 
 WorkspaceKind = Literal["none", "folder", "worktree"]
+AgentState = Literal["starting", "working", "waiting_for_input", "retrying", "api_error", "idle"]
 
 
 class Usage(BaseModel):
@@ -111,8 +112,25 @@ class JobRecord(BaseModel):
     turns: int | None = Field(None, description="model turns the agent reported")
     error_kind: str | None = Field(
         None,
-        description="for agent_error: auth, rate_limit, overloaded, server, network, "
+        description="for agent_error (and live, with agent_state api_error or retrying): "
+        "auth, permission, billing, quota, rate_limit, overloaded, server, network, "
         "permission_denied or unknown",
+    )
+    agent_state: AgentState | None = Field(
+        None,
+        description="agent jobs, live (refreshed with the heartbeat): starting, working, "
+        "waiting_for_input, retrying, api_error or idle; the last state once finished",
+    )
+    agent_detail: str | None = Field(
+        None, description="what the agent state is about (the error, the refused permission …)"
+    )
+    last_activity_at: datetime | None = Field(
+        None, description="agent jobs: when the agent last printed anything"
+    )
+    session_paused: bool = Field(
+        False,
+        description="on_error = pause: this job's failure holds its session's later prompts "
+        "(<root>/sessions/<name>.paused)",
     )
     permission_denials: list[str] = Field(
         default_factory=list, description="tool calls the agent's permission mode refused"

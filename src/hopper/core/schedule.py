@@ -7,7 +7,9 @@ job (id, name, state), and ``now`` — and :func:`schedule` returns a
 
 A queued job may start when all of these hold:
 
-- no PAUSE marker covers it (the root's, or its group's);
+- no PAUSE marker covers it (the root's, or its group's), and its session is
+  not paused (an agent job of the session failed with ``on_error = "pause"``;
+  ``<root>/sessions/<name>.paused`` holds all its later jobs until removed);
 - a retry's ``not_before`` has passed;
 - every job named in ``after`` has succeeded;
 - no job of its ``session`` runs, and none was claimed before it and is
@@ -67,6 +69,7 @@ class Pause:
 
     all: bool = False
     groups: frozenset[str] = frozenset()
+    sessions: Mapping[str, str] = field(default_factory=dict)  # paused session -> why
 
     def covers(self, group: str | None) -> bool:
         return self.all or (group is not None and group in self.groups)
@@ -106,7 +109,7 @@ class Failure:
 class Decision:
     start: list[str]
     fail: list[Failure]
-    paused: frozenset[str]  # queued ids held only by a PAUSE marker
+    paused: frozenset[str]  # queued ids held only by a PAUSE marker or a paused session
     waiting: dict[str, str]  # queued id -> why it waits (dependencies, session, slots …)
 
 
@@ -256,6 +259,12 @@ def schedule(
     eligible: list[JobRecord] = []
     for record in sorted(queued, key=lambda r: r.id):  # claim order, for sessions
         if record.id in failing:
+            continue
+        if record.session and record.session in pause.sessions:
+            busy.add(record.session)
+            paused.add(record.id)
+            why = pause.sessions[record.session]
+            waiting[record.id] = f"session {record.session} paused: {why}"
             continue
         session_busy = not session_free(record.session, busy)
         if record.session:

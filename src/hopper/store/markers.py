@@ -19,6 +19,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from hopper.agents.sessionmap import read_pause_why
 from hopper.core.schedule import Pause
 from hopper.store.atomic import write_atomic
 from hopper.store.layout import Layout
@@ -42,10 +43,17 @@ def pause_path(layout: Layout, group: str | None = None) -> Path:
     return layout.inbox / group / PAUSE_FILE
 
 
-def read_pause(layout: Layout, groups: Iterable[str | None]) -> Pause:
-    """The PAUSE markers that matter for jobs of ``groups``."""
+def read_pause(
+    layout: Layout, groups: Iterable[str | None], sessions: Iterable[str | None] = ()
+) -> Pause:
+    """The PAUSE markers that matter for jobs of ``groups``, and paused ``sessions``."""
     if os.path.lexists(pause_path(layout)):
         return Pause(all=True)
+    held_sessions = {}
+    for session in {s for s in sessions if s}:
+        why = read_pause_why(layout.root / "sessions", session)
+        if why is not None:
+            held_sessions[session] = why
     held = set()
     for group in {g for g in groups if g}:
         try:
@@ -53,7 +61,7 @@ def read_pause(layout: Layout, groups: Iterable[str | None]) -> Pause:
                 held.add(group)
         except BadGroup:
             continue
-    return Pause(groups=frozenset(held))
+    return Pause(groups=frozenset(held), sessions=held_sessions)
 
 
 def request_priority(run_dir: Path, priority: int) -> Path:

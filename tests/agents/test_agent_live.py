@@ -1,0 +1,177 @@
+"""Agent jobs as people run them: sessions without a workdir, errors judged live, live text.
+
+Real watcher, real CLIs (every installed version where versions differ), the
+scripted model server.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from agentjobs import CLAUDES, MATRIX, agent_config, prompt, versioned
+
+from conftest import Watchers, drop, wait_for
+from hopper.core.states import TERMINAL_STATES, JobState, Reason
+from hopper.store.jobfile import read_events, read_record
+from hopper.store.layout import Layout
+from modelserver import ModelServer, error, last_user_text, text
+
+Hopper = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def srv() -> Iterator[ModelServer]:
+    with ModelServer() as server:
+        yield server
+
+
+def jobs(layout: Layout) -> list[Path]:
+    return sorted(d for d in layout.runs.iterdir() if not d.name.startswith("."))
+
+
+@pytest.mark.parametrize("agent_at", MATRIX)
+def test_session_without_workdir_continues_one_conversation(
+    agent_at: str,
+    layout: Layout,
+    hopper: Hopper,
+    config_file: Path,
+    tmp_path: Path,
+    srv: ModelServer,
+) -> None:
+    agent, versions = versioned(agent_at)
+    agent_config(config_file, tmp_path, srv.url, **versions)
+    srv.script([text("First answer."), text("Second answer.")])
+    drop(layout, "a-first", prompt(agent, "First prompt", session="talk"))
+    drop(layout, "b-second", prompt(agent, "Second prompt", session="talk"))
+    assert hopper("run", "--until-idle").returncode == 0
+    first, second = (read_record(d) for d in jobs(layout))
+    assert first.state is second.state is JobState.SUCCEEDED, (first.detail, second.detail)
+    assert first.session_id and first.session_id == second.session_id
+    body = srv.model_requests()[1].body
+    assert (last_user_text(body) or "").strip() == "Second prompt"
+    flat = json.dumps(body)
+    assert "First prompt" in flat and "First answer." in flat
+    # one directory for the whole session, under the root, recorded in the map
+    folder = layout.root / "sessions" / "talk" / "work"
+    stored = json.loads((layout.root / "sessions" / "talk.json").read_text())
+    assert stored["workdir"] == str(folder) and folder.is_dir()
+    for run_dir in jobs(layout):
+        spec = json.loads((run_dir / "agent.spec.json").read_text())
+        assert spec["workdir"] == str(folder)
+
+
+def test_session_prompt_naming_another_workdir_is_a_bad_prompt(
+    layout: Layout, hopper: Hopper, config_file: Path, tmp_path: Path, srv: ModelServer
+) -> None:
+    agent_config(config_file, tmp_path, srv.url)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    srv.script([text("First answer."), text("never")])
+    drop(layout, "a-first", prompt("claude", "First prompt", session="talk"))
+    drop(layout, "b-second", prompt("claude", "Second", session="talk", workdir=str(other)))
+    assert hopper("run", "--until-idle").returncode == 0
+    first, second = (read_record(d) for d in jobs(layout))
+    assert first.state is JobState.SUCCEEDED, first.detail
+    assert (second.state, second.reason) == (JobState.FAILED, Reason.BAD_PROMPT)
+    assert "session 'talk' runs in" in (second.detail or "")
+    assert str(other) in (second.detail or "") and "drop the workdir key" in (second.detail or "")
+    assert len(srv.model_requests()) == 1
+
+
+@pytest.mark.parametrize("agent_at", MATRIX)
+def test_auth_error_stops_a_retrying_cli_at_once(
+    agent_at: str,
+    layout: Layout,
+    hopper: Hopper,
+    config_file: Path,
+    tmp_path: Path,
+    srv: ModelServer,
+) -> None:
+    """The CLI would retry a 401 for minutes (Claude: 10 times, backing off); hopper stops it."""
+    agent, versions = versioned(agent_at)
+    agent_config(config_file, tmp_path, srv.url, claude_retries=10, codex_retries=10, **versions)
+    srv.script([error(401, times=50)])
+    drop(layout, "noauth", prompt(agent, "hi"))
+    started = time.monotonic()
+    assert hopper("run", "--until-idle").returncode == 0
+    took = time.monotonic() - started
+    assert took < 30
+    (run_dir,) = jobs(layout)
+    record = read_record(run_dir)
+    assert (record.state, record.reason, record.error_kind) == (
+        JobState.FAILED,
+        Reason.AGENT_ERROR,
+        "auth",
+    ), record.detail
+    assert record.agent_state == "api_error"
+    assert len(srv.model_requests()) <= 3  # stopped at the first retry, not after ten
+    live = [e for e in read_events(run_dir) if e["event"] == "agent_api_error"]
+    assert live and live[0]["error_kind"] == "auth" and live[0]["action"] == "stop"
+    assert "agent_retry" not in [e["event"] for e in read_events(run_dir)]
+
+
+def test_rate_limit_hopper_takes_over_and_respects_retry_after(
+    layout: Layout, hopper: Hopper, config_file: Path, tmp_path: Path, srv: ModelServer
+) -> None:
+    agent_config(config_file, tmp_path, srv.url, claude_retries=10)
+    srv.script([error(429, retry_after=2), text("Recovered.")])
+    drop(layout, "limited", prompt("claude", "hi"))
+    assert hopper("run", "--until-idle").returncode == 0
+    (run_dir,) = jobs(layout)
+    record = read_record(run_dir)
+    assert record.state is JobState.SUCCEEDED, record.detail
+    assert record.error_kind is None and record.agent_state == "idle"
+    events = read_events(run_dir)
+    (taken,) = [e for e in events if e["event"] == "agent_api_error"]
+    assert (taken["error_kind"], taken["action"]) == ("rate_limit", "hopper")
+    (retry,) = [e for e in events if e["event"] == "agent_retry"]
+    # hopper's backoff is 0.1 s here; the server's retry-after (2 s) wins
+    assert retry["kind"] == "rate_limit" and retry["delay_seconds"] >= 2
+    assert len(srv.model_requests()) == 2
+    assert (run_dir / "result.md").read_text() == "Recovered.\n"
+
+
+@pytest.mark.parametrize("agent_at", CLAUDES)
+def test_streaming_answer_reaches_the_log_line_by_line(
+    agent_at: str, layout: Layout, config_file: Path, tmp_path: Path, srv: ModelServer
+) -> None:
+    """Six lines, one a second: each is in job.log while the next is on its way, and the
+    stream counts as activity (idle_timeout 3 s does not stop a 6 s answer)."""
+    agent, versions = versioned(agent_at)
+    agent_config(config_file, tmp_path, srv.url, **versions)
+    answer = "".join(f"tick{i}\n" for i in range(6))
+    srv.script([text(answer, delay=1.0, chunks=6)])
+    drop(layout, "stream", prompt(agent, "Count", idle_timeout="3s"))
+    w = Watchers(layout, config_file)
+    w.start()
+    try:
+        wait_for(lambda: jobs(layout), what="the job to be claimed")
+        (run_dir,) = jobs(layout)
+        log = run_dir / "job.log"
+
+        def logged() -> str:
+            return log.read_text() if log.exists() else ""
+
+        wait_for(lambda: "  tick1" in logged(), what="tick1 in job.log")
+        assert "tick5" not in logged()  # the rest is still streaming
+        wait_for(
+            lambda: read_record(run_dir).agent_state == "working" or "tick4" in logged(),
+            what="agent_state working",
+        )
+        assert "tick5" not in logged(), "agent_state was not 'working' while the text streamed"
+        last = read_record(run_dir).last_activity_at
+        assert last is not None
+        wait_for(lambda: read_record(run_dir).state in TERMINAL_STATES, timeout=40, what="the end")
+    finally:
+        w.stop_all()
+    record = read_record(run_dir)
+    assert (record.state, record.reason) == (JobState.SUCCEEDED, Reason.COMPLETED), record.detail
+    lines = logged().splitlines()
+    for i in range(6):
+        assert lines.count(f"  tick{i}") == 1, lines  # streamed once, not printed again
+    assert (run_dir / "result.md").read_text() == answer
