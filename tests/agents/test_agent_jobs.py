@@ -257,7 +257,7 @@ def test_idle_timeout_stops_a_silent_agent(
 ) -> None:
     agent_config(config_file, tmp_path, srv.url)
     srv.script([tool("python3 -c 'import time; time.sleep(30)'"), text("late")])
-    drop(layout, "quiet", prompt("claude", "x", workdir=str(work), idle_timeout="1s"))
+    drop(layout, "quiet", prompt("claude", "x", workdir=str(work), idle_timeout="5s"))
     started = time.monotonic()
     assert hopper("run", "--until-idle").returncode == 0
     assert time.monotonic() - started < 25
@@ -275,7 +275,7 @@ def test_idle_nudge_resumes_the_session(
     drop(
         layout,
         "nudged",
-        prompt("claude", "x", workdir=str(work), idle_timeout="1s", on_idle="nudge", max_nudges=1),
+        prompt("claude", "x", workdir=str(work), idle_timeout="5s", on_idle="nudge", max_nudges=1),
     )
     started = time.monotonic()
     assert hopper("run", "--until-idle").returncode == 0

@@ -140,13 +140,13 @@ def test_rate_limit_hopper_takes_over_and_respects_retry_after(
 def test_streaming_answer_reaches_the_log_line_by_line(
     agent_at: str, layout: Layout, config_file: Path, tmp_path: Path, srv: ModelServer
 ) -> None:
-    """Six lines, one a second: each is in job.log while the next is on its way, and the
-    stream counts as activity (idle_timeout 3 s does not stop a 6 s answer)."""
+    """Six lines, 1.5 s apart: each is in job.log while the next is on its way, and the
+    stream counts as activity (idle_timeout 5 s does not stop a 9 s answer)."""
     agent, versions = versioned(agent_at)
     agent_config(config_file, tmp_path, srv.url, **versions)
     answer = "".join(f"tick{i}\n" for i in range(6))
-    srv.script([text(answer, delay=1.0, chunks=6)])
-    drop(layout, "stream", prompt(agent, "Count", idle_timeout="3s"))
+    srv.script([text(answer, delay=1.5, chunks=6)])
+    drop(layout, "stream", prompt(agent, "Count", idle_timeout="5s"))
     w = Watchers(layout, config_file)
     w.start()
     try:
