@@ -138,6 +138,36 @@ def test_install_without_npm_fails_with_the_fix(tmp_path: Path) -> None:
     assert "'npm' not found" in result.stderr and "apt-get install -y nodejs npm" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("npm_script", "message"),
+    [
+        ("echo 'npm ERR! 404' >&2; exit 3", "exited 3 (its message is above)"),
+        ("exit 0", "was installed but does not run"),
+    ],
+)
+def test_install_reports_a_failing_npm(tmp_path: Path, npm_script: str, message: str) -> None:
+    path = only_bash_path(tmp_path)
+    fake_cli(path, "npm", "x").write_text(f"#!/bin/sh\n{npm_script}\n")
+    env = {**os.environ, "PATH": f"{path}:/usr/bin:/bin"}
+    prefix = tmp_path / "agents"
+    result = cli("agents", "install", "--prefix", str(prefix), env=env)
+    assert result.returncode == 1
+    assert message in result.stderr
+    # what npm ci was given: the pins only, without the matrix's aliases
+    assert set(json.loads((prefix / "package.json").read_text())["dependencies"]) == {
+        "@anthropic-ai/claude-code",
+        "@openai/codex",
+    }
+
+
+def test_install_into_an_impossible_prefix_fails(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = cli("agents", "install", "--prefix", str(blocker / "agents"), env=dict(os.environ))
+    assert result.returncode == 1
+    assert "agents install:" in result.stderr and "Not a directory" in result.stderr
+
+
 def test_install_options_are_exclusive(tmp_path: Path) -> None:
     result = cli("agents", "install", "--system", "--prefix", str(tmp_path), env=dict(os.environ))
     assert result.returncode == 2
