@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 QUEUE_SWEEP_INTERVAL = 1.0  # seconds between full passes over the queued jobs
 WINDOW_MIN = 64  # queued jobs below this count are always scheduled in full
 CLAIM_BATCH = 256  # prompts claimed per turn at most; the rest wait for the next turn
+DEGRADED_RETRY = 1.0  # seconds between write probes while the root takes no writes
 
 
 @dataclass
@@ -360,7 +361,9 @@ class Watcher:
         )
 
     def _sleep_for(self) -> float:
-        if self._backlog and self.degraded is None:
+        if self.degraded is not None:  # no rescans: probe the root again soon
+            return min(DEGRADED_RETRY, self.config.poll_interval if self.runner.running else 1e9)
+        if self._backlog:
             return 0.0  # more prompts to claim: the next turn at once
         until_rescan = max(0.0, self._next_rescan - self.clock.monotonic())
         if self.runner.running or self.queued or self._waiting or self.flags.stop:

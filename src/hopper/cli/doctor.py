@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import shutil
+import sqlite3
 import stat as stat_mod
 import subprocess
 import sys
@@ -144,6 +145,33 @@ def check_writable(layout: Layout, probe: Callable[[Path], None] = probe_write) 
             "a full disk shows here too",
         )
     return ok("writable", f"{_user_name()} can write inbox/, runs/ and processed/")
+
+
+def check_degraded(
+    writable: Check,
+    processes: Callable[[], list[tuple[int, list[str]]]] | None = None,
+) -> Check:
+    """A watcher up on a root that takes no writes runs degraded: it claims nothing.
+
+    The watcher cannot write that down anywhere under the root, so this is
+    judged from here: the write probe of :func:`check_writable` failed and a
+    ``hopper run`` process is up (its sd_notify STATUS and log say the same).
+    """
+    if writable.status != "fail":
+        return ok("degraded", "no: the root takes writes")
+    procs = (processes or watcher_processes)()
+    if not procs:
+        return ok("degraded", "no watcher is up (see the watcher check)")
+    pids = ", ".join(str(pid) for pid, _ in procs[:5])
+    return Check(
+        "degraded",
+        "fail",
+        f"DEGRADED: the watcher (pid {pids}) is up but the root takes no writes "
+        f"({writable.message}); it claims and starts nothing until it can write again; "
+        "running jobs go on",
+        "free space (hopper prune, delete old runs/ and processed/) or remount the root "
+        "read-write; the watcher leaves degraded mode by itself within a second, no restart",
+    )
 
 
 def check_free_space(
@@ -389,6 +417,30 @@ def check_watcher(
 # -- systemd -----------------------------------------------------------------------
 
 
+def check_watcher_degraded(
+    layout: Layout,
+    config: Config,
+    processes: Callable[[], list[tuple[int, list[str]]]] = watcher_processes,
+) -> Check:
+    """:func:`check_watcher`, or on a root that takes no writes (the job index cannot
+    be opened there) at least whether a watcher process is up."""
+    try:
+        return check_watcher(layout, config, processes=processes)
+    except (OSError, sqlite3.Error) as exc:
+        procs = processes()
+        found = (
+            f"a hopper run process is up (pid {', '.join(str(p) for p, _ in procs[:5])})"
+            if procs
+            else "no hopper run process is up"
+        )
+        return Check(
+            "watcher",
+            "warn" if procs else "fail",
+            f"{found}; job heartbeats unreadable: the job index cannot be opened ({exc})",
+            "free space or make the root writable (see the writable and degraded checks)",
+        )
+
+
 def check_notify_socket(env: Mapping[str, str]) -> Check:
     value = env.get("NOTIFY_SOCKET", "")
     if not value:
@@ -433,16 +485,18 @@ def run_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Check]:
     layout = Layout(resolve_root(args.root, env, effective.root))
     checks = check_root(layout)
     if layout.root.is_dir():
+        writable = check_writable(layout)
         checks += [
             check_one_filesystem(layout),
-            check_writable(layout),
+            writable,
+            check_degraded(writable),
             check_free_space(layout.root),
             check_inotify(layout),
         ]
     checks.append(config_check)
     checks += check_agents(effective)
     if layout.root.is_dir():
-        checks.append(check_watcher(layout, effective))
+        checks.append(check_watcher_degraded(layout, effective))
     checks.append(check_notify_socket(env))
     return checks
 

@@ -76,7 +76,11 @@ def unique_target(folder: Path, stem: str) -> Path:
 
 
 def drop(layout: Layout, data: bytes, stem: str, subdir: str = "") -> Path:
-    """Write ``data`` to a temporary dot-name in the inbox, fsync, rename into place."""
+    """Write ``data`` to a temporary dot-name in the inbox, fsync, rename into place.
+
+    On any error (a full disk, a read-only or unwritable inbox) the temporary
+    file is removed and the ``OSError`` propagates: nothing is left behind.
+    """
     folder = (layout.inbox / subdir) if subdir else layout.inbox
     if subdir and (Path(subdir).is_absolute() or ".." in Path(subdir).parts):
         raise ValueError(f"--to {subdir!r} must be a relative path inside the inbox")
@@ -84,12 +88,18 @@ def drop(layout: Layout, data: bytes, stem: str, subdir: str = "") -> Path:
     tmp = folder / f".{stem}.{secrets.token_hex(4)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    target = unique_target(folder, stem)
-    os.rename(tmp, target)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        target = unique_target(folder, stem)
+        os.rename(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(folder)
     return target
 
@@ -140,5 +150,12 @@ def handle(args: argparse.Namespace) -> int:
     except ValueError as exc:
         warn(str(exc))
         return EXIT_USAGE
+    except OSError as exc:
+        where = exc.filename or layout.inbox
+        warn(
+            f"cannot write the prompt into {layout.inbox}: {exc.strerror or exc} ({where}); "
+            "nothing was submitted: free space or fix the inbox's permissions, then submit again"
+        )
+        return EXIT_FAILED
     print(target)
     return 0
