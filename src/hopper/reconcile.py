@@ -84,8 +84,15 @@ def _pulse_age(run_dir: Path, now: float) -> float | None:
 
 
 def snapshot(
-    run_dir: Path, host: str, me: str, now: float, hosts: HostView | None = None
+    run_dir: Path,
+    host: str,
+    me: str,
+    now: float,
+    hosts: HostView | None = None,
+    report: Callable[[JobFileCorrupt], None] | None = None,
 ) -> RunSnapshot:
+    """What recovery needs to know of one run directory. ``report`` is told of a
+    corrupt job.json (default: logged; the watcher logs it once while it lasts)."""
     record: JobRecord | None = None
     corrupt = False
     try:
@@ -94,7 +101,10 @@ def snapshot(
         pass
     except JobFileCorrupt as exc:
         corrupt = True
-        log.error("%s", exc)
+        if report is None:
+            log.error("%s", exc)
+        else:
+            report(exc)
     exit_status = None
     if record is not None and not is_terminal(record.state):
         try:
@@ -261,7 +271,14 @@ def _recover_one(
     if _finished_fast(run_dir):
         return True
     ident = runner.intake.ident
-    snap = snapshot(run_dir, ident.host, ident.owner, clock.time(), hosts)
+    key = f"record:{run_dir.name}"
+
+    def corrupt(exc: JobFileCorrupt) -> None:
+        runner.guard.report(key, exc, what="left for a person")
+
+    snap = snapshot(run_dir, ident.host, ident.owner, clock.time(), hosts, corrupt)
+    if not snap.corrupt:
+        runner.guard.clear(key)
     snap = with_slurm(snap, run_dir, view)
     action = decide(snap)
     if action is Action.NOTHING and snap.corrupt:
