@@ -314,3 +314,40 @@ def test_good_agent_summary_gives_record_fields(tmp_path: Path) -> None:
     assert fields["permission_denials"] == ["Bash(rm)"]
     assert fields["usage"].input_tokens == 10
     assert events(tmp_path) == []
+
+
+# -- hopper's own bookkeeping under .hopper/ (a job can reach it through $HOPPER_ROOT) ----
+
+
+def test_planted_fifos_in_bookkeeping_do_not_block(tmp_path: Path) -> None:
+    """A slot lease, a watcher heartbeat and a job.json seen by the status index, each a
+    FIFO: read as torn / corrupt, in a child with a deadline (the old reads blocked)."""
+    out = isolated(
+        f"""
+        import os
+        from pathlib import Path
+        from hopper.store.index import JobIndex
+        from hopper.store.layout import Layout
+        from hopper.store.leases import SlotLeases
+        from hopper.store.watchers import read_raw
+
+        layout = Layout(Path({str(tmp_path)!r}) / "root")
+        layout.ensure()
+        leases = SlotLeases(layout, "h:1:1", "h")
+        slots = leases.base / "global"
+        slots.mkdir(parents=True)
+        os.mkfifo(slots / "0")
+        print([lease.job_id for lease in leases.holders("global", 0.0)])
+        os.mkfifo(layout.root / "beat.json")
+        print(read_raw(layout.root / "beat.json"))
+        run = layout.runs / "20261123-090000-000-x-abcd"
+        run.mkdir()
+        os.mkfifo(run / "job.json")
+        with JobIndex.open(layout) as index:
+            print(index.refresh().corrupt)
+        """
+    )
+    lease, beat, corrupt = out.splitlines()
+    assert lease == "['']", "a lease that cannot be read holds nothing"
+    assert beat == "None"
+    assert "is a FIFO, not a regular file" in corrupt

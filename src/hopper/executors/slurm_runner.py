@@ -62,6 +62,7 @@ from hopper.executors.slurm import (
 )
 from hopper.faults import crash_point
 from hopper.store.jobfile import ABORT_FILE, LOG_FILE, append_event, write_record
+from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_text
 
 if TYPE_CHECKING:
     from hopper.runner import Runner, Running
@@ -107,8 +108,11 @@ def slurm_request(executor: str, spec: PromptSpec, defaults: SlurmConfig) -> dic
 def read_exit_file(run_dir: Path, slurm_id: str) -> SlurmExitFile | None:
     """The wrapper's exit record, if it wrote one for this Slurm job (not an older one)."""
     try:
-        text = (run_dir / EXIT_STATUS_FILE).read_text(encoding="utf-8")
+        text = read_text(run_dir / EXIT_STATUS_FILE, SMALL_LIMIT)  # no link, FIFO, huge file
     except FileNotFoundError:
+        return None
+    except UnreadableFile as exc:
+        log.error("%s", exc)
         return None
     try:
         record = parse_exit_file(text)

@@ -30,6 +30,7 @@ from hopper.core.states import JobState
 from hopper.core.summary import JobSummary, summarize
 from hopper.store.jobfile import JOB_FILE
 from hopper.store.layout import Layout
+from hopper.store.saferead import RECORD_LIMIT, UnreadableFile, read_stat
 
 log = logging.getLogger(__name__)
 
@@ -236,10 +237,11 @@ def _remove(path: Path) -> None:
 def _read_row(path: str, name: str, result: RefreshResult) -> tuple[Any, ...] | None:
     """Read one job.json; its stat is taken from the open file, so it matches the text."""
     try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            data = fh.read()
+        data, st = read_stat(Path(path), RECORD_LIMIT)  # no link, FIFO, huge file: saferead
     except FileNotFoundError:
+        return None
+    except UnreadableFile as exc:
+        result.corrupt.append(exc.render().replace("\n", ";"))
         return None
     try:
         record = JobRecord.model_validate_json(data)

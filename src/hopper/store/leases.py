@@ -33,6 +33,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from hopper.store.layout import Layout
+from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_bytes, read_stat
 
 log = logging.getLogger(__name__)
 
@@ -205,15 +206,14 @@ class SlotLeases:
 
 def _read(path: Path, now: float) -> Lease | None:
     try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            raw = json.loads(fh.read() or b"{}")
+        data, st = read_stat(path, SMALL_LIMIT)  # no link, FIFO or huge file: see saferead
+        raw = json.loads(data or b"{}")
     except FileNotFoundError:
         return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError, UnreadableFile):
         raw = {}
         try:
-            st = os.stat(path)
+            st = os.stat(path, follow_symlinks=False)
         except OSError:
             return None
     if not isinstance(raw, dict):
@@ -235,8 +235,8 @@ def _reclaim(lease: Lease) -> bool:
     except FileNotFoundError:
         return False  # released, or another watcher reclaimed it
     try:
-        now_holding = json.loads(aside.read_bytes() or b"{}").get("job")
-    except (OSError, ValueError, AttributeError):
+        now_holding = json.loads(read_bytes(aside, SMALL_LIMIT) or b"{}").get("job")
+    except (OSError, ValueError, AttributeError, RecursionError, UnreadableFile):
         now_holding = lease.job_id
     if now_holding != lease.job_id:
         # The slot was reclaimed and retaken between our read and our rename:

@@ -78,7 +78,14 @@ _NOT_REGULAR_HINT = (
 def read_bytes(
     path: Path, limit: int, *, dir_fd: int | None = None, hint: str = "", truncate: bool = False
 ) -> bytes:
-    """The bytes of the regular file ``path``: at most ``limit`` of them.
+    """The bytes of the regular file ``path``: at most ``limit`` of them (see :func:`read_stat`)."""
+    return read_stat(path, limit, dir_fd=dir_fd, hint=hint, truncate=truncate)[0]
+
+
+def read_stat(
+    path: Path, limit: int, *, dir_fd: int | None = None, hint: str = "", truncate: bool = False
+) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file ``path`` (at most ``limit``), and its ``fstat``.
 
     ``dir_fd``: ``path`` is then a name relative to that open directory.
     ``truncate``: a longer file yields its first ``limit`` bytes instead of an error.
@@ -127,7 +134,7 @@ def read_bytes(
     data = b"".join(chunks)
     if len(data) > limit:
         raise _too_big(path, "grew", limit, hint, grew=True)
-    return data
+    return data, st
 
 
 def _too_big(path: Path, what: str, limit: int, hint: str, grew: bool = False) -> UnreadableFile:

@@ -24,6 +24,7 @@ from hopper import __version__
 from hopper.core.hosts import Beat
 from hopper.store.atomic import write_atomic
 from hopper.store.layout import Layout
+from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_stat
 
 WATCHERS_DIR = "watchers"
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -108,10 +109,10 @@ def read_beats(layout: Layout, now: float | None = None) -> list[Beat]:
 def read_raw(path: Path) -> dict[str, Any] | None:
     """The file's JSON plus ``_mtime``; None if gone or torn."""
     try:
-        with open(path, "rb") as fh:
-            mtime = os.fstat(fh.fileno()).st_mtime
-            raw = json.loads(fh.read())
-    except (OSError, ValueError):
+        data, st = read_stat(path, SMALL_LIMIT)  # no link, FIFO or huge file: see saferead
+        mtime = st.st_mtime
+        raw = json.loads(data)
+    except (OSError, ValueError, RecursionError, UnreadableFile):
         return None
     if not isinstance(raw, dict):
         return None
