@@ -351,3 +351,18 @@ def test_planted_fifos_in_bookkeeping_do_not_block(tmp_path: Path) -> None:
     assert lease == "['']", "a lease that cannot be read holds nothing"
     assert beat == "None"
     assert "is a FIFO, not a regular file" in corrupt
+
+
+def test_logs_of_a_job_whose_job_log_became_a_fifo(layout, hopper) -> None:
+    """`hopper logs` opened job.log blocking: a job that swapped it for a FIFO hung the
+    command (and any follower). Now it says what is wrong and exits 1."""
+    from conftest import bash, drop
+
+    drop(layout, "swapper", bash('rm -f "$HOPPER_RUN_DIR/job.log"; echo hi'))
+    assert hopper("run", "--until-idle").returncode == 0
+    [run_dir] = [d for d in layout.runs.iterdir() if not d.name.startswith(".")]
+    os.mkfifo(run_dir / "job.log")
+    result = hopper("logs", run_dir.name, timeout=20)
+    assert result.returncode == 1, result
+    assert "job.log: is a FIFO, not a regular file" in result.stderr
+    assert "Traceback" not in result.stderr

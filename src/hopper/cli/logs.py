@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from hopper.core.states import JobState, is_terminal
 from hopper.store.index import JobIndex
 from hopper.store.jobfile import LOG_FILE, read_record
 from hopper.store.layout import Layout
+from hopper.store.saferead import open_regular
 from hopper.store.tail import read_new_lines, tail_lines
 
 FOLLOW_INTERVAL = 0.2
@@ -50,7 +52,7 @@ def register(sub: Any) -> None:
 def copy_new(path: Path, offset: int) -> int:
     """Write whatever ``path`` holds past ``offset`` to stdout; the new offset."""
     try:
-        with path.open("rb") as fh:
+        with os.fdopen(open_regular(path), "rb") as fh:  # no link, no FIFO
             fh.seek(offset)
             while chunk := fh.read(1 << 16):
                 sys.stdout.buffer.write(chunk)
@@ -132,7 +134,7 @@ def drain(layout: Layout, f: Followed, sink: Prefixer, final: bool) -> None:
 
 def _unterminated(path: Path, offset: int) -> bytes:
     try:
-        with path.open("rb") as fh:
+        with os.fdopen(open_regular(path), "rb") as fh:  # no link, no FIFO
             fh.seek(offset)
             return fh.read(1 << 20)
     except FileNotFoundError:

@@ -82,17 +82,9 @@ def read_bytes(
     return read_stat(path, limit, dir_fd=dir_fd, hint=hint, truncate=truncate)[0]
 
 
-def read_stat(
-    path: Path, limit: int, *, dir_fd: int | None = None, hint: str = "", truncate: bool = False
-) -> tuple[bytes, os.stat_result]:
-    """The bytes of the regular file ``path`` (at most ``limit``), and its ``fstat``.
-
-    ``dir_fd``: ``path`` is then a name relative to that open directory.
-    ``truncate``: a longer file yields its first ``limit`` bytes instead of an error.
-    Raises ``FileNotFoundError`` if it does not exist, :class:`UnreadableFile`
-    for anything else (a link, a FIFO, a directory, too big, permission denied,
-    an I/O error). Never blocks, never allocates more than ``limit + 1`` bytes.
-    """
+def open_regular(path: Path, *, dir_fd: int | None = None, hint: str = "") -> int:
+    """An fd (O_RDONLY, O_NONBLOCK) on the regular file ``path``, for callers that
+    read it their own way (a tail, a follower); close it. Errors as :func:`read_stat`."""
     try:
         st = os.stat(path, dir_fd=dir_fd, follow_symlinks=False)
         kind = file_kind(st.st_mode)
@@ -109,14 +101,36 @@ def read_stat(
     except OSError as exc:
         raise _os_error(path, exc, hint) from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnreadableFile(
                 "changed into something other than a regular file while being read",
                 path=path,
                 hint=hint or _NOT_REGULAR_HINT,
                 problem="not_regular",
             )
+    except OSError as exc:
+        os.close(fd)
+        raise _os_error(path, exc, hint) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_stat(
+    path: Path, limit: int, *, dir_fd: int | None = None, hint: str = "", truncate: bool = False
+) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file ``path`` (at most ``limit``), and its ``fstat``.
+
+    ``dir_fd``: ``path`` is then a name relative to that open directory.
+    ``truncate``: a longer file yields its first ``limit`` bytes instead of an error.
+    Raises ``FileNotFoundError`` if it does not exist, :class:`UnreadableFile`
+    for anything else (a link, a FIFO, a directory, too big, permission denied,
+    an I/O error). Never blocks, never allocates more than ``limit + 1`` bytes.
+    """
+    fd = open_regular(path, dir_fd=dir_fd, hint=hint)
+    try:
+        st = os.fstat(fd)
         if st.st_size > limit and not truncate:
             raise _too_big(path, f"is {st.st_size} bytes", limit, hint)
         chunks: list[bytes] = []

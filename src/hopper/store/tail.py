@@ -12,6 +12,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from hopper.store.saferead import open_regular
+
 BLOCK = 64 * 1024
 
 # pread(fd, length, offset) -> bytes; tests pass a counting one.
@@ -25,10 +27,11 @@ def tail_lines(
 
     The end offset is where a follower continues reading; a last line without
     its newline (being written, or cut by a crash) is not returned and the
-    offset stops before it. A missing file gives ``([], 0)``.
+    offset stops before it. A missing file gives ``([], 0)``; a link, FIFO or
+    other non-regular file raises :class:`hopper.store.saferead.UnreadableFile`.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_regular(path)  # no link, no FIFO: a job can replace its job.log
     except FileNotFoundError:
         return [], 0
     try:
@@ -69,7 +72,7 @@ def read_new_lines(path: Path, offset: int, *, limit: int = 1 << 20) -> tuple[li
     offset. A trailing partial line is left for the next call; a missing file reads as empty.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = open_regular(path)  # no link, no FIFO: a job can replace its job.log
     except FileNotFoundError:
         return [], offset
     try:
