@@ -186,3 +186,15 @@ def test_a_prompt_mid_claim_is_being_claimed(layout: Layout) -> None:
     (run_dir / "prompt.md").write_text("echo hi\n")
     with pytest.raises(JobNotClaimed, match="'soon' is being claimed"):
         find_job(layout, "soon")
+
+
+def test_status_shows_a_retry_waiting_beside_the_earlier_run(layout: Layout, hopper) -> None:
+    record = job(layout, "greet", reason=Reason.COMPLETED)
+    (layout.run_dir(record.id) / "prompt.md").write_text("echo hi\n")
+    retried = hopper("retry", "greet")
+    assert retried.returncode == 0, retried.stderr
+    result = hopper("status", "greet")
+    assert result.returncode == 0
+    first, *rest = result.stdout.splitlines()
+    assert first == f"greet: not claimed yet: {retried.stdout.strip()}"
+    assert any(record.id in line for line in rest)

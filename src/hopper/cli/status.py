@@ -164,8 +164,8 @@ def handle(args: argparse.Namespace) -> int:
             named: dict[str, JobSummary] = {}
             for ref in args.ids:
                 found = resolve(jobs, ref)
-                if not found and not GLOB_CHARS & set(ref):
-                    code = max(code, not_found(layout, ref, pending))
+                if not GLOB_CHARS & set(ref):
+                    code = max(code, report_unclaimed(layout, ref, bool(found), pending))
                 named.update((j.id, j) for j in found)
             jobs = sorted(named.values(), key=lambda j: j.id)
         jobs = [j for j in jobs if wanted.matches(j)]
@@ -191,15 +191,16 @@ def handle(args: argparse.Namespace) -> int:
     return code
 
 
-def not_found(layout: Layout, ref: str, pending: list[str]) -> int:
-    """What is known of a reference no job matches, and the exit code it deserves.
+def report_unclaimed(layout: Layout, ref: str, found: bool, pending: list[str]) -> int:
+    """Inbox prompts named ``ref`` go to ``pending``; the exit code ``ref`` deserves.
 
-    A prompt of that name still in the inbox is news, not an error: its line
-    goes to ``pending`` and the code is 0. Nothing at all is 1.
+    A prompt of that name still in the inbox is news, not an error (a job just
+    retried or submitted again shows beside its earlier runs): 0. A reference
+    that names neither a job nor a prompt is 1.
     """
     waiting = unclaimed(layout, ref)
     pending.extend(f"{ref}: not claimed yet: {path}" for path in waiting)
-    if waiting:
+    if waiting or found:
         return EXIT_OK
     warn(f"no job with id, id prefix or name {ref!r} under {layout.runs}")
     return EXIT_FAILED
