@@ -1,1 +1,271 @@
+// hopper's dashboard: plain JavaScript, no build step. Talks only to /api (docs/web.md).
+// Live data comes from Server-Sent Events the server pushes on file events:
+// /api/jobs (every job.json change), /api/jobs/ID/log and /events (the job's files).
+"use strict";
+(function () {
+  const STATES = ["queued", "running", "succeeded", "failed", "aborted"];
+  const TERMINAL = new Set(["succeeded", "failed", "aborted"]);
+  const $ = (sel) => document.querySelector(sel);
+  const jobs = new Map();          // id -> job.json
+  let listStream = null, paused = false, current = null;
 
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (k === "class") node.className = v; else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else node.setAttribute(k, v);
+    }
+    for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(c == null ? "" : String(c)));
+    return node;
+  }
+  function problem(text) { const p = $("#problem"); p.textContent = text || ""; p.hidden = !text; }
+  async function api(path, options) {
+    const opts = Object.assign({ headers: {} }, options || {});
+    if (opts.method === "POST") {
+      opts.headers["X-Hopper-CSRF"] = "1";
+      opts.headers["Content-Type"] = "application/json";
+    }
+    const r = await fetch(path, opts);
+    if (r.status === 401) {
+      problem("Not signed in: open the URL `hopper web` printed (it ends in ?token=…).");
+      throw new Error("401");
+    }
+    const type = r.headers.get("content-type") || "";
+    const body = type.includes("json") ? await r.json() : await r.text();
+    if (!r.ok) throw new Error((body && body.error) || r.status + " " + r.statusText);
+    return body;
+  }
+  const when = (iso) => {
+    if (!iso) return "-";
+    const d = new Date(iso), p = (n) => String(n).padStart(2, "0");
+    return p(d.getMonth() + 1) + "-" + p(d.getDate()) + " " + p(d.getHours()) + ":" + p(d.getMinutes()) + ":" + p(d.getSeconds());
+  };
+  function took(job) {
+    let s = job.duration_seconds;
+    if (s == null && job.started_at && !TERMINAL.has(job.state)) s = (Date.now() - Date.parse(job.started_at)) / 1000;
+    if (s == null) return "-";
+    s = Math.max(0, Math.round(s));
+    return s < 60 ? s + "s" : s < 3600 ? Math.floor(s / 60) + "m" + (s % 60) + "s" : Math.floor(s / 3600) + "h" + Math.floor((s % 3600) / 60) + "m";
+  }
+  const cost = (job) => job.usage && job.usage.cost_usd != null ? "$" + job.usage.cost_usd.toFixed(4) : "-";
+  const groupOf = (job) => {
+    if (job.group) return job.group;
+    const parts = (job.inbox_path || "").split("/");
+    return parts[0] === "inbox" && parts.length > 2 ? parts[1] : "";
+  };
+  const badge = (state) => el("span", { class: "state " + state }, state);
+
+  // -- the job list ------------------------------------------------------------------
+  function globRe(glob) {
+    return new RegExp("^" + glob.replace(/[.+^${}()|\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".") + "$");
+  }
+  function matches(job, f) {
+    if (f.state && job.state !== f.state) return false;
+    if (f.agent && job.agent !== f.agent) return false;
+    if (f.group && groupOf(job) !== f.group) return false;
+    if (f.name && !(globRe(f.name).test(job.name) || globRe(f.name).test(job.id))) return false;
+    if (f.since) {
+      const since = Date.now() - Number(f.since) * 1000;
+      const touched = !TERMINAL.has(job.state) || Date.parse(job.created_at) >= since ||
+        (job.finished_at && Date.parse(job.finished_at) >= since);
+      if (!touched) return false;
+    }
+    return true;
+  }
+  function renderList() {
+    const f = Object.fromEntries(new FormData($("#filters")).entries());
+    const rows = [...jobs.values()].filter((j) => matches(j, f)).sort((a, b) => (a.id < b.id ? 1 : -1));
+    const body = $("#jobs tbody");
+    body.replaceChildren(...rows.map((j) => el("tr", { "data-id": j.id, "data-state": j.state, onclick: () => { location.hash = "#/job/" + encodeURIComponent(j.id); } },
+      el("td", { class: "c-name" }, j.name), el("td", { class: "c-state" }, badge(j.state)),
+      el("td", { class: "c-agent" }, j.agent), el("td", { class: "c-agent_state" }, j.agent_state || "-"),
+      el("td", { class: "c-group" }, groupOf(j) || "-"), el("td", { class: "c-started" }, when(j.started_at)),
+      el("td", { class: "c-duration" }, took(j)), el("td", { class: "c-cost" }, cost(j)))));
+    $("#empty").hidden = rows.length > 0;
+  }
+  function renderCounts(counts) {
+    $("#counts").replaceChildren(...STATES.map((s) => el("span", {
+      class: "count", "data-state": s, title: "show " + s + " jobs",
+      onclick: () => { $("#filters").state.value = s; location.hash = "#/"; renderList(); },
+    }, badge(s), el("b", {}, counts[s] || 0))));
+  }
+  let overviewTimer = null;
+  function refreshOverview() {
+    clearTimeout(overviewTimer);
+    overviewTimer = setTimeout(async () => {
+      try { const o = await api("/api/overview"); renderCounts(o.counts); setPaused(o.paused); } catch (e) { /* shown */ }
+    }, 300);
+  }
+  function setPaused(p) {
+    paused = p;
+    const b = $("#pause");
+    b.textContent = p ? "Resume" : "Pause";
+    b.classList.toggle("paused", p);
+    b.title = p ? "paused: queued jobs wait (running ones finish). Click to resume." : "Pause: queued jobs wait; running jobs finish";
+  }
+  function connectList() {
+    if (listStream) listStream.close();
+    listStream = new EventSource("/api/jobs");
+    const seenSince = new Set();
+    listStream.addEventListener("hello", async (e) => {
+      $("#live").className = "on";
+      setPaused(JSON.parse(e.data).paused);
+      seenSince.clear();
+      try {
+        const list = await api("/api/jobs?limit=500");
+        for (const j of list) if (!seenSince.has(j.id)) jobs.set(j.id, j);
+        renderList(); refreshOverview();
+        if (current) showJob(current, false);
+      } catch (err) { problem(String(err.message || err)); }
+    });
+    listStream.addEventListener("job", (e) => {
+      const j = JSON.parse(e.data);
+      seenSince.add(j.id);
+      jobs.set(j.id, j);
+      renderList(); refreshOverview();
+      if (current === j.id) showRecord(j);
+    });
+    listStream.addEventListener("removed", (e) => { jobs.delete(JSON.parse(e.data)); renderList(); refreshOverview(); });
+    listStream.addEventListener("pause", (e) => setPaused(JSON.parse(e.data).paused));
+    listStream.onerror = () => { $("#live").className = "off"; };
+  }
+
+  // -- one job -------------------------------------------------------------------------
+  let term = null, fit = null, logStream = null, eventStream = null;
+  function terminal() {
+    if (!term) {
+      term = new window.Terminal({ convertEol: true, disableStdin: true, scrollback: 20000, fontSize: 13,
+        theme: { background: "#111111" } });
+      fit = new window.FitAddon.FitAddon();
+      term.loadAddon(fit);
+      term.open($("#terminal"));
+      window.addEventListener("resize", () => fit.fit());
+    }
+    requestAnimationFrame(() => fit.fit());
+    return term;
+  }
+  function closeJobStreams() {
+    if (logStream) logStream.close();
+    if (eventStream) eventStream.close();
+    logStream = eventStream = null;
+  }
+  function showRecord(j) {
+    $("#job-title").textContent = j.name;
+    const st = $("#job-state");
+    st.className = "state " + j.state; st.textContent = j.state;
+    st.setAttribute("data-state", j.state);
+    $("#job-agent-state").textContent = j.agent_state ? "agent: " + j.agent_state : "";
+    $("#job-detail").textContent = [j.id, j.agent, j.reason && "reason: " + j.reason, j.detail].filter(Boolean).join(" · ");
+    $("#jobjson").textContent = JSON.stringify(j, null, 2);
+    $("#job-abort").disabled = TERMINAL.has(j.state);
+    $("#job-retry").disabled = !TERMINAL.has(j.state);
+    if (TERMINAL.has(j.state)) loadResult(j.id);
+  }
+  async function loadResult(id) {
+    try {
+      const text = await api("/api/jobs/" + encodeURIComponent(id) + "/result");
+      if (current !== id) return;
+      const box = $("#result");
+      box.classList.remove("muted");
+      box.innerHTML = window.renderMarkdown(text);  // escaped first: see markdown.js
+    } catch (e) { /* no result.md: keep the placeholder */ }
+  }
+  async function showJob(id, fresh) {
+    if (fresh !== false) {
+      closeJobStreams();
+      current = id;
+      $("#events").replaceChildren();
+      const box = $("#result"); box.textContent = "No result yet."; box.classList.add("muted");
+      const t = terminal(); t.reset();
+      const base = "/api/jobs/" + encodeURIComponent(id);
+      logStream = new EventSource(base + "/log");
+      logStream.addEventListener("start", (e) => { t.reset(); if (JSON.parse(e.data).cut) t.write("\x1b[2m[earlier output not shown: GET " + base + "/log]\x1b[0m\n"); });
+      logStream.addEventListener("log", (e) => t.write(JSON.parse(e.data)));
+      logStream.addEventListener("reset", () => t.write("\n\x1b[2m--- job.log started over (a new attempt) ---\x1b[0m\n"));
+      logStream.addEventListener("problem", (e) => t.write("\n\x1b[31m" + JSON.parse(e.data) + "\x1b[0m\n"));
+      logStream.addEventListener("end", (e) => { logStream.close(); t.write("\n\x1b[2m--- " + (JSON.parse(e.data).state || "ended") + " ---\x1b[0m\n"); });
+      logStream.addEventListener("lagging", () => { logStream.close(); showJob(id, true); });
+      eventStream = new EventSource(base + "/events");
+      eventStream.addEventListener("start", () => $("#events").replaceChildren());
+      eventStream.addEventListener("event", (e) => {
+        const ev = JSON.parse(e.data);
+        const rest = Object.entries(ev).filter(([k]) => k !== "ts" && k !== "event").map(([k, v]) => k + "=" + (typeof v === "string" ? v : JSON.stringify(v))).join(" ");
+        $("#events").append(el("li", {}, el("time", {}, when(ev.ts)), el("b", {}, ev.event), " ", rest));
+      });
+      eventStream.addEventListener("end", () => eventStream.close());
+    }
+    try { showRecord(await api("/api/jobs/" + encodeURIComponent(id))); }
+    catch (e) { if (current === id) problem(String(e.message || e)); }
+  }
+
+  // -- actions ---------------------------------------------------------------------------
+  $("#job-abort").addEventListener("click", async () => {
+    if (!current || !window.confirm("Abort job " + current + "? Its whole process tree is ended.")) return;
+    try { await api("/api/jobs/" + encodeURIComponent(current) + "/abort", { method: "POST" }); problem(""); }
+    catch (e) { problem(String(e.message || e)); }
+  });
+  $("#job-retry").addEventListener("click", async () => {
+    try { const r = await api("/api/jobs/" + encodeURIComponent(current) + "/retry", { method: "POST", body: "{}" }); problem(""); location.hash = "#/"; $("#submit-result").textContent = "retried: " + r.path; }
+    catch (e) { problem(String(e.message || e)); }
+  });
+  $("#pause").addEventListener("click", async () => {
+    try { const r = await api(paused ? "/api/resume" : "/api/pause", { method: "POST", body: "{}" }); setPaused(r.paused); }
+    catch (e) { problem(String(e.message || e)); }
+  });
+  $("#submit").addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    const data = Object.fromEntries(new FormData(ev.target).entries());
+    const out = $("#submit-result");
+    try {
+      const r = await api("/api/submit", { method: "POST", body: JSON.stringify(data) });
+      out.className = ""; out.textContent = "submitted: " + r.path;
+      ev.target.body.value = "";
+    } catch (e) { out.className = "problem"; out.textContent = String(e.message || e); }
+  });
+  $("#filters").addEventListener("input", renderList);
+  $("#filters").state.append(...STATES.map((s) => el("option", { value: s }, s)));
+
+  // -- usage -------------------------------------------------------------------------------
+  function bars(rows, label) {
+    const ns = "http://www.w3.org/2000/svg", W = 600, row = 22, left = 110, H = Math.max(1, rows.length) * row + 8;
+    const svg = document.createElementNS(ns, "svg");
+    svg.setAttribute("viewBox", "0 0 " + W + " " + H); svg.setAttribute("role", "img"); svg.setAttribute("aria-label", label);
+    const max = Math.max(1e-9, ...rows.map((r) => r.value));
+    rows.forEach((r, i) => {
+      const y = 4 + i * row, w = Math.max(1, (W - left - 90) * r.value / max);
+      const t = document.createElementNS(ns, "text"); t.setAttribute("x", 4); t.setAttribute("y", y + 15); t.textContent = r.key;
+      const b = document.createElementNS(ns, "rect"); b.setAttribute("x", left); b.setAttribute("y", y + 3); b.setAttribute("width", w); b.setAttribute("height", row - 6);
+      const v = document.createElementNS(ns, "text"); v.setAttribute("x", left + w + 4); v.setAttribute("y", y + 15); v.textContent = r.text;
+      svg.append(t, b, v);
+    });
+    return svg;
+  }
+  async function showUsage() {
+    try {
+      const [day, agent] = await Promise.all([api("/api/usage?by=day"), api("/api/usage?by=agent")]);
+      const pts = (u) => u.rows.map((r) => ({ key: r.key, value: r.cost_usd, text: "$" + r.cost_usd.toFixed(2) + " · " + r.jobs + " jobs" }));
+      $("#chart-day").replaceChildren(bars(pts(day).slice(-30), "cost per day"));
+      $("#chart-agent").replaceChildren(bars(pts(agent), "cost per agent"));
+      $("#usage-table tbody").replaceChildren(...agent.rows.concat([agent.total]).map((r) => el("tr", {},
+        el("td", {}, r.key), el("td", {}, r.jobs), el("td", {}, r.input_tokens.toLocaleString()),
+        el("td", {}, r.output_tokens.toLocaleString()), el("td", {}, "$" + r.cost_usd.toFixed(4)))));
+    } catch (e) { problem(String(e.message || e)); }
+  }
+
+  // -- routing -------------------------------------------------------------------------------
+  function route() {
+    const hash = location.hash || "#/";
+    const m = /^#\/job\/(.+)$/.exec(hash);
+    for (const v of ["jobs", "job", "submit", "usage"]) $("#view-" + v).hidden = true;
+    if (m) { $("#view-job").hidden = false; const id = decodeURIComponent(m[1]); if (id !== current) showJob(id); else terminal(); return; }
+    closeJobStreams(); current = null;
+    if (hash === "#/submit") $("#view-submit").hidden = false;
+    else if (hash === "#/usage") { $("#view-usage").hidden = false; showUsage(); }
+    else { $("#view-jobs").hidden = false; renderList(); }
+  }
+  window.addEventListener("hashchange", route);
+  setInterval(() => { if (!$("#view-jobs").hidden && [...jobs.values()].some((j) => j.state === "running")) renderList(); }, 1000);
+  renderCounts({});
+  connectList();
+  route();
+})();

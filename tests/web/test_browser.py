@@ -1,0 +1,206 @@
+"""End to end in a real browser: Debian's chromium and chromium-driver, driven by Selenium.
+
+A real watcher runs real bash jobs; the dashboard is served by uvicorn on
+127.0.0.1 with its rescan fallback at 30 s, so what the page shows within
+seconds came through inotify and Server-Sent Events, never a reload. Under
+CI (``CI=true``) a missing chromium fails; elsewhere these tests skip and say
+what to install. The set-up of the first test saves a screenshot (set
+``HOPPER_WEB_SCREENSHOT=docs/web.png`` to refresh the one in the docs).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from conftest import Watchers, bash, drop
+from hopper.store.layout import Layout
+from web.webtools import TOKEN, LiveServer
+
+WAIT = 30.0
+CHROME_ARGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+    "--window-size=1280,900",
+)
+
+
+def chromium_paths() -> tuple[str, str]:
+    browser = shutil.which("chromium")
+    driver = shutil.which("chromedriver")
+    if browser and driver:
+        return browser, driver
+    why = (
+        "chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"
+    )
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{why}; .ci/run installs them, and CI must run the browser tests")
+    pytest.skip(why)
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
+    binary, driver_path = chromium_paths()
+    options = webdriver.ChromeOptions()
+    for arg in (*CHROME_ARGS, f"--user-data-dir={tmp_path / 'chromium-profile'}"):
+        options.add_argument(arg)
+    options.binary_location = binary
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def page(
+    layout: Layout, watchers: Watchers, live: LiveServer, browser: webdriver.Chrome
+) -> webdriver.Chrome:
+    """The dashboard loaded with the token, over a running watcher."""
+    watchers.start()
+    browser.get(f"{live.url}/?token={TOKEN}")
+    until(browser, lambda d: "?token" not in d.current_url, "the token to leave the URL")
+    until(browser, lambda d: d.find_element(By.ID, "live").get_attribute("class") == "on", "live")
+    return browser
+
+
+def until(driver: webdriver.Chrome, cond: Callable[[Any], Any], what: str) -> Any:
+    def safe(d: Any) -> Any:
+        try:
+            return cond(d)
+        except StaleElementReferenceException:
+            return False  # the list was re-rendered under us: look again
+
+    return WebDriverWait(driver, WAIT, poll_frequency=0.05).until(safe, f"waiting for {what}")
+
+
+def row_state(driver: webdriver.Chrome, name: str) -> str | None:
+    for row in driver.find_elements(By.CSS_SELECTOR, "#jobs tbody tr"):
+        if row.find_element(By.CLASS_NAME, "c-name").text == name:
+            return row.get_attribute("data-state")
+    return None
+
+
+def terminal_text(driver: webdriver.Chrome) -> str:
+    return str(driver.find_element(By.CSS_SELECTOR, "#terminal .xterm-rows").text)
+
+
+def test_a_job_goes_queued_running_succeeded_live(
+    layout: Layout, page: webdriver.Chrome, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    (layout.root / "PAUSE").touch()
+    until(page, lambda d: d.find_element(By.ID, "pause").text == "Resume", "the pause to show")
+    script = (
+        'printf "\\033[32mfirst line\\033[0m\\n"\n'
+        f"while [ ! -e {go} ]; do sleep 0.05; done\n"
+        'echo "second line"\n'
+    )
+    drop(layout, "live-job", bash(script))
+    until(page, lambda d: row_state(d, "live-job") == "queued", "live-job queued")
+    page.find_element(By.ID, "pause").click()  # resume, from the page
+    until(page, lambda d: row_state(d, "live-job") == "running", "live-job running")
+    assert not (layout.root / "PAUSE").exists()
+    page.find_element(By.XPATH, "//td[@class='c-name' and text()='live-job']").click()
+    until(page, lambda d: "first line" in terminal_text(d), "the first log line")
+    assert "second line" not in terminal_text(page)
+    go.touch()
+    until(page, lambda d: "second line" in terminal_text(d), "the second line, live")
+    until(
+        page,
+        lambda d: d.find_element(By.ID, "job-state").get_attribute("data-state") == "succeeded",
+        "the job page to say succeeded",
+    )
+    until(page, lambda d: "finalized" in d.find_element(By.ID, "events").text, "the events")
+    assert page.find_element(By.ID, "job-abort").get_attribute("disabled") is not None
+    shot = tmp_path / "web.png"
+    page.get_screenshot_as_file(str(shot))
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    target = os.environ.get("HOPPER_WEB_SCREENSHOT")
+    if target:
+        shutil.copyfile(shot, target)
+    page.get(page.current_url.split("#")[0] + "#/")
+    until(page, lambda d: row_state(d, "live-job") == "succeeded", "the list to say succeeded")
+    counts = page.find_element(By.CSS_SELECTOR, ".count[data-state='succeeded'] b")
+    assert counts.text == "1"
+
+
+def test_abort_a_running_job_from_the_page(layout: Layout, page: webdriver.Chrome) -> None:
+    drop(layout, "forever", bash('echo "started"\nwhile true; do sleep 0.1; done'))
+    until(page, lambda d: row_state(d, "forever") == "running", "forever running")
+    page.find_element(By.XPATH, "//td[@class='c-name' and text()='forever']").click()
+    until(page, lambda d: "started" in terminal_text(d), "its output")
+    page.find_element(By.ID, "job-abort").click()
+    alert = WebDriverWait(page, WAIT).until(lambda d: d.switch_to.alert)
+    assert "Abort job" in alert.text
+    alert.accept()
+    until(
+        page,
+        lambda d: d.find_element(By.ID, "job-state").get_attribute("data-state") == "aborted",
+        "the job to be aborted",
+    )
+    assert any((d / "ABORT").exists() for d in layout.runs.iterdir())
+
+
+def test_dismissing_the_confirmation_aborts_nothing(layout: Layout, page: webdriver.Chrome) -> None:
+    drop(layout, "keep", bash("while true; do sleep 0.1; done"))
+    until(page, lambda d: row_state(d, "keep") == "running", "keep running")
+    page.find_element(By.XPATH, "//td[@class='c-name' and text()='keep']").click()
+    until(page, lambda d: d.find_element(By.ID, "job-state").text == "running", "its page")
+    page.find_element(By.ID, "job-abort").click()
+    WebDriverWait(page, WAIT).until(lambda d: d.switch_to.alert).dismiss()
+    assert not any((d / "ABORT").exists() for d in layout.runs.iterdir())
+    (next(layout.runs.iterdir()) / "ABORT").touch()  # end it for the teardown
+
+
+def test_submit_from_the_form_and_see_it_run(layout: Layout, page: webdriver.Chrome) -> None:
+    page.get(page.current_url.split("#")[0] + "#/submit")
+    form = page.find_element(By.ID, "submit")
+    form.find_element(By.NAME, "agent").send_keys("bash")
+    form.find_element(By.NAME, "name").send_keys("from-form")
+    form.find_element(By.NAME, "body").send_keys("echo hello-from-the-form")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    until(page, lambda d: "submitted:" in d.find_element(By.ID, "submit-result").text, "submit")
+    page.get(page.current_url.split("#")[0] + "#/")
+    until(page, lambda d: row_state(d, "from-form") == "succeeded", "from-form succeeded")
+    page.find_element(By.XPATH, "//td[@class='c-name' and text()='from-form']").click()
+    until(page, lambda d: "hello-from-the-form" in terminal_text(d), "its output")
+
+
+def test_a_bad_submit_shows_the_reason(layout: Layout, page: webdriver.Chrome) -> None:
+    page.get(page.current_url.split("#")[0] + "#/submit")
+    form = page.find_element(By.ID, "submit")
+    form.find_element(By.NAME, "agent").send_keys("no-such-agent")
+    form.find_element(By.NAME, "body").send_keys("echo x")
+    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    until(
+        page,
+        lambda d: "unknown agent 'no-such-agent'" in d.find_element(By.ID, "submit-result").text,
+        "the reason",
+    )
+    assert list(layout.inbox.rglob("*.prompt.md")) == []
+
+
+def test_without_the_token_the_page_shows_no_jobs(
+    layout: Layout, live: LiveServer, browser: webdriver.Chrome
+) -> None:
+    drop(layout, "secret-job", bash("true"))
+    browser.get(live.url + "/")
+    assert "missing or wrong token" in browser.page_source
+    assert "secret-job" not in browser.page_source
