@@ -97,6 +97,17 @@ def row_state(driver: webdriver.Chrome, name: str) -> str | None:
     return None
 
 
+def open_job(driver: webdriver.Chrome, name: str) -> None:
+    """Click the job's row (retried: the list re-renders every second while jobs run)."""
+
+    def click(d: Any) -> bool:
+        d.find_element(By.XPATH, f"//td[@class='c-name' and text()='{name}']").click()
+        return True
+
+    until(driver, click, f"a click on {name}")
+    until(driver, lambda d: d.find_element(By.ID, "job-title").text == name, f"{name}'s page")
+
+
 def terminal_text(driver: webdriver.Chrome) -> str:
     return str(driver.find_element(By.CSS_SELECTOR, "#terminal .xterm-rows").text)
 
@@ -117,7 +128,7 @@ def test_a_job_goes_queued_running_succeeded_live(
     page.find_element(By.ID, "pause").click()  # resume, from the page
     until(page, lambda d: row_state(d, "live-job") == "running", "live-job running")
     assert not (layout.root / "PAUSE").exists()
-    page.find_element(By.XPATH, "//td[@class='c-name' and text()='live-job']").click()
+    open_job(page, "live-job")
     until(page, lambda d: "first line" in terminal_text(d), "the first log line")
     assert "second line" not in terminal_text(page)
     go.touch()
@@ -137,14 +148,17 @@ def test_a_job_goes_queued_running_succeeded_live(
         shutil.copyfile(shot, target)
     page.get(page.current_url.split("#")[0] + "#/")
     until(page, lambda d: row_state(d, "live-job") == "succeeded", "the list to say succeeded")
-    counts = page.find_element(By.CSS_SELECTOR, ".count[data-state='succeeded'] b")
-    assert counts.text == "1"
+    until(
+        page,
+        lambda d: d.find_element(By.CSS_SELECTOR, ".count[data-state='succeeded'] b").text == "1",
+        "the count of succeeded jobs",
+    )
 
 
 def test_abort_a_running_job_from_the_page(layout: Layout, page: webdriver.Chrome) -> None:
     drop(layout, "forever", bash('echo "started"\nwhile true; do sleep 0.1; done'))
     until(page, lambda d: row_state(d, "forever") == "running", "forever running")
-    page.find_element(By.XPATH, "//td[@class='c-name' and text()='forever']").click()
+    open_job(page, "forever")
     until(page, lambda d: "started" in terminal_text(d), "its output")
     page.find_element(By.ID, "job-abort").click()
     alert = WebDriverWait(page, WAIT).until(lambda d: d.switch_to.alert)
@@ -161,7 +175,7 @@ def test_abort_a_running_job_from_the_page(layout: Layout, page: webdriver.Chrom
 def test_dismissing_the_confirmation_aborts_nothing(layout: Layout, page: webdriver.Chrome) -> None:
     drop(layout, "keep", bash("while true; do sleep 0.1; done"))
     until(page, lambda d: row_state(d, "keep") == "running", "keep running")
-    page.find_element(By.XPATH, "//td[@class='c-name' and text()='keep']").click()
+    open_job(page, "keep")
     until(page, lambda d: d.find_element(By.ID, "job-state").text == "running", "its page")
     page.find_element(By.ID, "job-abort").click()
     WebDriverWait(page, WAIT).until(lambda d: d.switch_to.alert).dismiss()
@@ -179,7 +193,7 @@ def test_submit_from_the_form_and_see_it_run(layout: Layout, page: webdriver.Chr
     until(page, lambda d: "submitted:" in d.find_element(By.ID, "submit-result").text, "submit")
     page.get(page.current_url.split("#")[0] + "#/")
     until(page, lambda d: row_state(d, "from-form") == "succeeded", "from-form succeeded")
-    page.find_element(By.XPATH, "//td[@class='c-name' and text()='from-form']").click()
+    open_job(page, "from-form")
     until(page, lambda d: "hello-from-the-form" in terminal_text(d), "its output")
 
 
