@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,21 @@ def test_config_nested_too_deeply_is_a_config_error(tmp_path: Path) -> None:
     path = write(tmp_path, "env = " + "[" * 1000 + "]" * 1000)
     with pytest.raises(ConfigError, match="nested too deeply"):
         load_config(str(path), {})
+
+
+def test_config_fifo_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    """A FIFO (or device) as the config blocked load_config in open()."""
+    path = tmp_path / "config.toml"
+    os.mkfifo(path)
+    with pytest.raises(ConfigError) as err:
+        load_config(str(path), {})
+    assert "it is a FIFO, not a regular file" in err.value.message
+    assert err.value.path == path
+
+
+def test_config_through_a_symlink_is_read(tmp_path: Path) -> None:
+    """Config management links /etc files: a link to the config is followed (once)."""
+    real = write(tmp_path, "max_parallel = 3\n")
+    link = tmp_path / "link.toml"
+    link.symlink_to(real)
+    assert load_config(str(link), {}).max_parallel == 3

@@ -18,6 +18,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from hopper.core.durations import BadDuration, parse_duration, parse_positive_duration
 from hopper.core.sizes import BadSize, parse_limit
 from hopper.errors import ConfigError
+from hopper.store.saferead import UnreadableFile, read_text
+
+CONFIG_LIMIT = 1 << 20  # bytes; a config is a page or two of TOML
 
 
 def _seconds(value: object) -> object:
@@ -274,12 +277,20 @@ def load_config(cli: str | None = None, env: Mapping[str, str] | None = None) ->
     if path is None:
         return Config()
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        # A link to the config is fine (config management makes them); a FIFO or
+        # a huge file is not: resolve, then read it like any file hopper did not write.
+        raw = tomllib.loads(read_text(path.resolve(), CONFIG_LIMIT))
     except FileNotFoundError:
         raise ConfigError(
             "no such config file", path=path, hint="create it, or drop --config / $HOPPER_CONFIG"
         ) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except UnreadableFile as exc:
+        raise ConfigError(
+            f"cannot be read as TOML: it {exc.message}",
+            path=path,
+            hint="the config is a UTF-8 TOML text file",
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", path=path) from None
     except RecursionError:
         raise ConfigError("not valid TOML: nested too deeply", path=path) from None
