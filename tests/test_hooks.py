@@ -140,3 +140,79 @@ def test_hooks_in_front_matter_must_be_argv_lists(layout: Layout, hopper) -> Non
     record = read_record(run_dir)
     assert record.reason is Reason.BAD_PROMPT
     assert "on_success" in (record.detail or "")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
+
+
+def test_a_hooks_setsid_child_does_not_outlive_its_timeout(
+    layout: Layout, config_file: Path, hopper, tmp_path: Path
+) -> None:
+    """Timeout, then the whole tree: a child that left the hook's session included."""
+    pids = tmp_path / "pids"
+    script = f"setsid -f bash -c 'echo $$ >> {pids}; exec sleep 1000'; sleep 1000"
+    config_file.write_text(
+        config_file.read_text() + f'[hooks]\non_finish = ["bash", "-c", "{script}"]\n'
+        'timeout = "1s"\n'
+    )
+    drop(layout, "fine", bash("true"))
+    assert hopper("run", "--until-idle").returncode == 0
+    (run_dir,) = list(layout.runs.iterdir())
+    failed = [e for e in read_events(run_dir) if e["event"] == "hook_failed"]
+    assert failed and "did not finish within 1s" in failed[0]["detail"]
+    (escapee,) = [int(p) for p in pids.read_text().split()]
+    assert not _alive(escapee), "the hook's setsid child outlived the hook's timeout"
+
+
+def test_a_hooks_leftover_is_ended_when_the_hook_exits(
+    layout: Layout, config_file: Path, hopper, tmp_path: Path
+) -> None:
+    pids = tmp_path / "pids"
+    script = f"setsid -f bash -c 'echo $$ >> {pids}; exec sleep 1000'"
+    config_file.write_text(
+        config_file.read_text() + f'[hooks]\non_success = ["bash", "-c", "{script}"]\n'
+    )
+    drop(layout, "fine", bash("true"))
+    assert hopper("run", "--until-idle").returncode == 0
+    (run_dir,) = list(layout.runs.iterdir())
+    assert [e["hook"] for e in read_events(run_dir) if e["event"] == "hook_ok"] == ["on_success"]
+    (leftover,) = [int(p) for p in pids.read_text().split()]
+    assert not _alive(leftover), "the hook's leftover outlived the hook (and the watcher)"
+
+
+def test_hooks_log_is_capped_like_the_jobs_output(
+    layout: Layout, config_file: Path, hopper
+) -> None:
+    """output_max = 1K: a hook writing 50 MB leaves hooks.log at about 1K."""
+    config_file.write_text(
+        config_file.read_text()
+        + '[hooks]\non_finish = ["bash", "-c", "head -c 50M /dev/zero; sleep 1000"]\n'
+        'timeout = "60s"\n'
+    )
+    drop(layout, "quiet", bash("true", output_max="1K"))
+    assert hopper("run", "--until-idle").returncode == 0
+    (run_dir,) = list(layout.runs.iterdir())
+    size = (run_dir / "hooks.log").stat().st_size
+    assert 1024 <= size < 1024 + 200, size
+    failed = [e for e in read_events(run_dir) if e["event"] == "hook_failed"]
+    assert failed and "wrote more than 1024 bytes" in failed[0]["detail"]
+    assert read_record(run_dir).state is JobState.SUCCEEDED
+
+
+def test_hooks_log_symlink_is_not_written_through(
+    layout: Layout, config_file: Path, hopper, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.log"
+    outside.write_text("")
+    config_file.write_text(config_file.read_text() + '[hooks]\non_finish = ["echo", "hello"]\n')
+    drop(layout, "link", bash(f'ln -s {outside} "$HOPPER_RUN_DIR/hooks.log"'))
+    assert hopper("run", "--until-idle").returncode == 0
+    (run_dir,) = list(layout.runs.iterdir())
+    assert outside.read_text() == ""
+    assert (run_dir / "hooks.log").read_text() == "hello\n"

@@ -9,6 +9,14 @@ never holds up the watcher's loop. A hook's outcome is an event
 
 Delivery is at most once: a hook queued when the watcher dies is not run
 after the restart (the job's state is already final and durable).
+
+A command hook runs under the same rules as a job: its own session and
+process group, ``HOPPER_HOOK_TOKEN`` in its environment, output through a
+pipe into ``runs/<id>/hooks.log`` (opened without following links) capped at
+the job's ``output_max`` (``HOOK_OUTPUT_MAX`` if it has none), and when it
+times out, passes the cap, or exits leaving processes behind, every process
+carrying its token is SIGKILLed until none is left (proc/treekill.py): a
+hook's child outlives neither the hook's timeout nor the watcher.
 """
 
 from __future__ import annotations
@@ -16,8 +24,12 @@ from __future__ import annotations
 import logging
 import os
 import queue
+import secrets
+import select
+import signal
 import subprocess
 import threading
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -27,9 +39,15 @@ from hopper.clock import Clock
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState
 from hopper.core.templates import expand_argv, template_values
+from hopper.proc import treekill
+from hopper.store.atomic import open_regular
 from hopper.store.jobfile import append_event
 
 log = logging.getLogger(__name__)
+
+HOOKS_LOG = "hooks.log"
+HOOK_OUTPUT_MAX = 10 << 20  # bytes of hooks.log per hook call for a job without output_max
+HOOK_GRACE = 1.0  # seconds between SIGTERM to a timed-out hook's group and SIGKILL
 
 
 @dataclass(frozen=True)
@@ -81,6 +99,7 @@ class HookRunner:
         self._queue: queue.Queue[HookCall | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="hopper-hooks", daemon=True)
         self._started = False
+        self._current: str | None = None  # the token of the hook command running now
 
     def submit(self, calls: list[HookCall]) -> None:
         if not calls:
@@ -104,6 +123,10 @@ class HookRunner:
             budget = (self._queue.unfinished_tasks + 1) * timeout + 5.0
             self._queue.put(None)
             self._thread.join(budget)
+            token = self._current
+            if self._thread.is_alive() and token is not None:
+                # Never leave a hook's processes behind the watcher.
+                treekill.kill_until_gone(treekill.Marks(treekill.HOOK_TOKEN_ENV, token))
 
     def _work(self) -> None:
         while True:
@@ -125,31 +148,49 @@ class HookRunner:
 
     def _command(self, call: HookCall) -> str:
         assert call.argv is not None
+        token = f"{call.record.id}:{call.kind}:{secrets.token_hex(6)}"
         env = {
             **self.env,
             "HOPPER_JOB_ID": call.record.id,
             "HOPPER_JOB_STATE": call.record.state.value,
             "HOPPER_RUN_DIR": str(call.run_dir),
             "HOPPER_JOB_JSON": str(call.run_dir / "job.json"),
+            treekill.HOOK_TOKEN_ENV: token,
         }
         cwd = call.record.workspace_path or call.record.workdir or str(call.run_dir)
         if not Path(cwd).is_dir():
             cwd = str(call.run_dir)
-        with (call.run_dir / "hooks.log").open("ab") as out:
+        cap = call.record.output_max_bytes
+        cap = HOOK_OUTPUT_MAX if cap is None else cap
+        log_fd = _open_hooks_log(call.run_dir)
+        try:
+            proc = subprocess.Popen(
+                call.argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            self._current = token
+            assert proc.stdout is not None
             try:
-                proc = subprocess.run(
-                    call.argv,
-                    cwd=cwd,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=out,
-                    timeout=call.timeout,
-                    start_new_session=True,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired:
-                raise TimeoutError(f"did not finish within {call.timeout:g}s") from None
+                output = _Output(proc.stdout.fileno(), log_fd, cap)
+                verdict = output.copy(proc, time.monotonic() + call.timeout)
+                _end_tree(proc, token, grace=HOOK_GRACE if verdict == "timeout" else 0.0)
+                output.drain()
+            finally:
+                self._current = None
+                proc.stdout.close()
+        finally:
+            os.close(log_fd)
+        if verdict == "timeout":
+            raise TimeoutError(f"did not finish within {call.timeout:g}s")
+        if verdict == "output":
+            raise RuntimeError(
+                f"wrote more than {cap} bytes (the job's output_max); stopped, hooks.log cut"
+            )
         if proc.returncode != 0:
             raise RuntimeError(f"exited {proc.returncode} (output in hooks.log)")
         return "exited 0"
@@ -182,3 +223,80 @@ class HookRunner:
             )
         if not ok:
             log.warning("job=%s hook %s failed: %s", call.record.id, call.kind, detail)
+
+
+def _open_hooks_log(run_dir: Path) -> int:
+    """hooks.log for appending: in the run directory itself, never through a link."""
+    dir_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        return open_regular(HOOKS_LOG, dir_fd, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    finally:
+        os.close(dir_fd)
+
+
+class _Output:
+    """A hook's output, from its pipe into hooks.log, cut at ``cap`` bytes."""
+
+    def __init__(self, pipe_fd: int, log_fd: int, cap: int) -> None:
+        self.pipe_fd, self.log_fd, self.cap = pipe_fd, log_fd, cap
+        self.written = 0
+        self.cut = False
+
+    def take(self, chunk: bytes) -> bool:
+        """Append what fits under the cap; True once the hook has passed it."""
+        if self.cut:
+            return True
+        keep = chunk[: max(0, self.cap - self.written)]
+        if keep:
+            os.write(self.log_fd, keep)
+        self.written += len(chunk)
+        if self.written > self.cap:
+            self.cut = True
+            os.write(self.log_fd, f"\n[hopper] hook output cut at {self.cap} bytes\n".encode())
+        return self.cut
+
+    def copy(self, proc: subprocess.Popen[bytes], deadline: float) -> str:
+        """Copy until the hook exits: ``"exited"``, ``"timeout"`` (``deadline``,
+        monotonic, passed first) or ``"output"`` (it passed the cap)."""
+        while True:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.pipe_fd], [], [], max(0.0, min(left, 0.1)))
+            if ready:
+                chunk = os.read(self.pipe_fd, 65536)
+                if chunk:
+                    if self.take(chunk):
+                        return "output"
+                    continue
+                try:  # EOF: every writer closed its end; the hook may still run
+                    proc.wait(max(0.0, left))
+                except subprocess.TimeoutExpired:
+                    return "timeout"
+                return "exited"
+            if proc.poll() is not None:
+                return "exited"  # a leftover may still hold the pipe: ended next
+            if left <= 0:
+                return "timeout"
+
+    def drain(self) -> None:
+        """What the pipe still holds once every writer is gone (no waiting)."""
+        while select.select([self.pipe_fd], [], [], 0)[0]:
+            chunk = os.read(self.pipe_fd, 65536)
+            if not chunk:
+                return
+            self.take(chunk)
+
+
+def _end_tree(proc: subprocess.Popen[bytes], token: str, *, grace: float) -> None:
+    """End the hook and everything carrying its token (leftovers of a clean exit too)."""
+    if proc.poll() is None and grace > 0:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            pass
+    roots = frozenset([proc.pid]) if proc.poll() is None else frozenset[int]()
+    treekill.kill_until_gone(treekill.Marks(treekill.HOOK_TOKEN_ENV, token, roots=roots))
+    proc.wait()
