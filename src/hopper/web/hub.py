@@ -86,14 +86,18 @@ class Hub:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self.close_clients()
+        if self._inotify is not None:
+            self._inotify.stop()  # sets the thread's stop flag, then closes the descriptor
+            self._inotify.join(timeout=5)
+
+    def close_clients(self) -> None:
+        """End every stream now (the server is stopping): browsers reconnect to the next one."""
         for sub in list(self.job_clients):
             sub.close()
         for feed in self.feeds.values():
             for sub in list(feed.subscribers):
                 sub.close()
-        if self._inotify is not None:
-            self._inotify.stop()  # sets the thread's stop flag, then closes the descriptor
-            self._inotify.join(timeout=5)
 
     def _start_inotify(self) -> None:
         try:

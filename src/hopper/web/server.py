@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import sys
+from types import FrameType
 
 import uvicorn
 
@@ -30,7 +31,16 @@ def url_for(host: str, port: int, token: str) -> str:
 def serve(layout: Layout, config: Config, host: str, port: int) -> int:
     token = web_token.load_or_create(layout)
     app = create_app(layout, token, config)
-    server = uvicorn.Server(
+    hub = app.state.hub
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # Streams never end by themselves: end them, or uvicorn waits for them and
+            # then cancels each with a traceback.
+            hub.close_clients()
+            super().handle_exit(sig, frame)
+
+    server = Server(
         uvicorn.Config(
             app,
             host=host,
