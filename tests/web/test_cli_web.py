@@ -48,7 +48,11 @@ def test_hopper_web_prints_the_url_and_serves_it(layout: Layout, tmp_path: Path)
     finally:
         proc.send_signal(signal.SIGTERM)  # what systemctl stop sends
         proc.wait(timeout=15)
-    assert proc.returncode == 0
+    # uvicorn re-raises the signal once it has shut down cleanly (systemd counts that as a
+    # clean stop): no traceback, no other exit
+    assert proc.returncode in (0, -signal.SIGTERM)
+    assert proc.stderr is not None
+    assert "Traceback" not in proc.stderr.read()
 
 
 def test_the_token_is_made_once_and_kept(layout: Layout) -> None:
