@@ -8,6 +8,8 @@
 #                                 #   /usr/local/bin/hopper, /etc/systemd/system/hopper.service,
 #                                 #   /etc/hopper/config.toml, /etc/hopper/env (mode 600)
 #   ./install.sh [--system] --uninstall   # remove what it installed; never the jobs' data
+#   ./install.sh --web ...        # also the dashboard (`hopper web`: the 'web' extra) and,
+#                                 #   with --user-unit or --system, hopper-web.service
 #
 # Options:
 #   --prefix DIR      user: DIR/share/hopper/venv + DIR/bin/hopper (default ~/.local);
@@ -27,6 +29,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mode=user
 user_unit=0
 uninstall=0
+web=0
 prefix=""
 dest="${DESTDIR:-}"
 source_spec="$here"
@@ -42,9 +45,10 @@ while [ $# -gt 0 ]; do
                   source_spec="$2"; shift 2 ;;
         --system) mode=system; shift ;;
         --user-unit) user_unit=1; shift ;;
+        --web) web=1; shift ;;
         --uninstall) uninstall=1; shift ;;
         --no-systemctl) use_systemctl=0; shift ;;
-        -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -65,6 +69,7 @@ if [ "$mode" = system ]; then
     bin_link=/usr/local/bin/hopper
     unit_dir=/etc/systemd/system
     unit_template=hopper.service
+    web_template=hopper-web.service
     conf_dir=/etc/hopper
     state_dir=/var/lib/hopper
     systemctl=(systemctl)
@@ -78,12 +83,14 @@ else
     config_home="${XDG_CONFIG_HOME:-$HOME/.config}"
     unit_dir="$config_home/systemd/user"
     unit_template=hopper-user.service
+    web_template=hopper-web-user.service
     conf_dir="$config_home/hopper"
     state_dir="${XDG_STATE_HOME:-$HOME/.local/state}/hopper"
     systemctl=(systemctl --user)
 fi
 hopper_bin="$venv/bin/hopper"
 unit="$unit_dir/hopper.service"
+web_unit="$unit_dir/hopper-web.service"
 manifest="$venv/.hopper-installed"   # "KIND SHA256 PATH" of what this script created
 
 systemd_running() {
@@ -138,6 +145,10 @@ if [ "$uninstall" = 1 ]; then
             esac
         done < "$dest$manifest"
     fi
+    if [ -f "$dest$web_unit" ] && grep -qi 'hopper web dashboard' "$dest$web_unit"; then
+        if systemd_running; then "${systemctl[@]}" disable --now hopper-web.service || true; fi
+        rm -f "$dest$web_unit"; echo "removed:   $dest$web_unit"
+    fi
     if [ -f "$dest$unit" ] && grep -q '^ExecStart=.* run' "$dest$unit" \
             && grep -qi 'hopper job watcher' "$dest$unit"; then
         rm -f "$dest$unit"; echo "removed:   $dest$unit"
@@ -180,7 +191,9 @@ if [ -x "$dest$venv/bin/python" ]; then upgrade=1; else
     mkdir -p "$(dirname "$dest$venv")"
     "$PY" -m venv "$dest$venv"
 fi
-"$dest$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade "$source_spec"
+pip_spec="$source_spec"
+[ "$web" = 0 ] || pip_spec="$source_spec[web]"   # the dashboard's extra: starlette, uvicorn
+"$dest$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade "$pip_spec"
 version="$("$dest$hopper_bin" --version)"
 echo "installed: $dest$hopper_bin ($version)"
 mkdir -p "$(dirname "$dest$bin_link")"
@@ -193,10 +206,15 @@ fi
 if [ "$mode" = system ] || [ "$user_unit" = 1 ]; then
     render_opts=()
     [ -z "$dest" ] || render_opts=(--allow-missing)   # the unit names the final path
-    unit_before="$(cat "$dest$unit" 2>/dev/null || true)"
+    unit_before="$(cat "$dest$unit" "$dest$web_unit" 2>/dev/null || true)"
     "$PY" "$here/scripts/render-units" --bin "$hopper_bin" --out "$dest$unit_dir" \
         --unit "$unit_template" --name hopper.service ${render_opts[@]+"${render_opts[@]}"} >/dev/null
     echo "unit:      $dest$unit"
+    if [ "$web" = 1 ]; then
+        "$PY" "$here/scripts/render-units" --bin "$hopper_bin" --out "$dest$unit_dir" \
+            --unit "$web_template" --name hopper-web.service ${render_opts[@]+"${render_opts[@]}"} >/dev/null
+        echo "unit:      $dest$web_unit"
+    fi
     "$dest$hopper_bin" config template | write_new "$conf_dir/config.toml" 644
     write_new "$conf_dir/env" 600 <<EOF
 # Environment of the hopper service (systemd EnvironmentFile=): KEY=value lines,
@@ -211,7 +229,7 @@ EOF
     fi
     if ! systemd_running; then
         echo "not running systemctl: $(why_no_systemctl)"
-    elif [ "$unit_before" != "$(cat "$dest$unit")" ]; then
+    elif [ "$unit_before" != "$(cat "$dest$unit" "$dest$web_unit" 2>/dev/null || true)" ]; then
         "${systemctl[@]}" daemon-reload
         echo "ran:       ${systemctl[*]} daemon-reload"
     fi
@@ -221,6 +239,11 @@ EOF
     step "$s${systemctl[*]} enable --now hopper" "start now and at every boot"
     if [ "$upgrade" = 1 ]; then
         step "$s${systemctl[*]} reload hopper" "after an upgrade: re-exec, jobs keep running"
+    fi
+    if [ "$web" = 1 ]; then
+        step "$s${systemctl[*]} enable --now hopper-web" "the dashboard on 127.0.0.1:8642"
+        jflag=""; [ "$mode" = system ] || jflag="--user "
+        step "${s}journalctl ${jflag}-u hopper-web" "its URL, with the token (docs/web.md)"
     fi
     if [ "$mode" = system ]; then
         step "sudoedit /etc/hopper/env" "API keys for the agents"

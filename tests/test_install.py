@@ -301,6 +301,31 @@ def test_system_rerun_is_idempotent(system: Install) -> None:
     assert "after an upgrade" in again.stdout
 
 
+def test_system_install_with_web(wheel: Path, tmp_path: Path) -> None:
+    """--web: the 'web' extra in the venv and hopper-web.service beside the watcher's unit;
+    --uninstall removes both."""
+    inst = Install(tmp_path, wheel, system=True)
+    inst.home.mkdir(parents=True)
+    result = inst.run("--web")
+    assert result.returncode == 0, result.stdout + result.stderr
+    unit = inst.stage / "etc/systemd/system/hopper-web.service"
+    text = unit.read_text()
+    assert (
+        f"ExecStart={SYSTEM_BIN} web --root /var/lib/hopper --host 127.0.0.1 --port 8642\n" in text
+    )
+    assert "sudo systemctl enable --now hopper-web" in result.stdout
+    staged = tmp_path / "hopper-web.service"
+    staged.write_text(text.replace(f"ExecStart={SYSTEM_BIN} ", f"ExecStart={inst.hopper} "))
+    checked = verify(staged, user_mode=False, tmp_path=tmp_path)
+    assert (checked.returncode, checked.stderr) == (0, ""), checked.stdout
+    python = inst.stage / "opt/hopper/bin/python"
+    imported = run([str(python), "-c", "import starlette, uvicorn, hopper.web.app"], inst.env)
+    assert imported.returncode == 0, imported.stderr
+    gone = inst.run("--uninstall")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert not unit.exists()
+
+
 # --- usage errors -------------------------------------------------------------------
 
 

@@ -254,3 +254,53 @@ def test_security_threshold_sets_the_exit_code(systemd_analyze: str, units: Path
         str(units / SYSTEM_UNIT),
     )
     assert result.returncode != 0
+
+
+# --- the dashboard's units (install.sh --web) -----------------------------------
+
+WEB_UNIT = "hopper-web.service"
+WEB_USER_UNIT = "hopper-web-user.service"
+# Measured with systemd 252 like the ones above: 1.1 and 7.1.
+WEB_EXPOSURE_MAX = 11
+WEB_USER_EXPOSURE_MAX = 71
+
+
+def test_web_units_serve_loopback_as_hopper(units: Path, real_bin: str) -> None:
+    system = settings(units / WEB_UNIT)
+    assert f"ExecStart={real_bin} web --root /var/lib/hopper --host 127.0.0.1 --port 8642" in system
+    assert {"User=hopper", "Group=hopper", "ProtectSystem=strict", "NoNewPrivileges=yes"} <= system
+    user = settings(units / WEB_USER_UNIT)
+    assert f"ExecStart={real_bin} web --host 127.0.0.1 --port 8642" in user
+    assert "Environment=HOPPER_ROOT=%S/hopper" in user
+
+
+def test_web_units_verify_cleanly(
+    systemd_analyze: str, units: Path, user_env: dict[str, str]
+) -> None:
+    result = analyze(systemd_analyze, "verify", str(units / WEB_UNIT))
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    result = analyze(systemd_analyze, "--user", "verify", str(units / WEB_USER_UNIT), env=user_env)
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+
+
+def test_web_units_exposure_within_threshold(
+    systemd_analyze: str, units: Path, user_env: dict[str, str]
+) -> None:
+    result = analyze(
+        systemd_analyze,
+        "security",
+        "--offline=true",
+        f"--threshold={WEB_EXPOSURE_MAX}",
+        str(units / WEB_UNIT),
+    )
+    assert result.returncode == 0, f"exposure {exposure(result, WEB_UNIT)}"
+    result = analyze(
+        systemd_analyze,
+        "--user",
+        "security",
+        "--offline=true",
+        f"--threshold={WEB_USER_EXPOSURE_MAX}",
+        str(units / WEB_USER_UNIT),
+        env=user_env,
+    )
+    assert result.returncode == 0, f"exposure {exposure(result, WEB_USER_UNIT)}"
