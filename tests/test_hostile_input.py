@@ -688,6 +688,21 @@ def _deep_tree(top: Path, depth: int) -> None:
         folder.mkdir()
 
 
+def _remove_deep_tree(top: Path) -> None:
+    """Remove what ``_deep_tree`` made, deepest first, without recursion: left in place,
+    the tree makes the next pytest's clean-up of old temp dirs hit RecursionError."""
+    folders = []
+    folder = top
+    while folder.is_dir():
+        folders.append(folder)
+        for name in os.listdir(folder):
+            if name != "d":
+                os.unlink(folder / name)
+        folder = folder / "d"
+    for folder in reversed(folders):
+        folder.rmdir()
+
+
 def _claim_latency(layout: Layout, name: str) -> float:
     started = time.monotonic()
     path = drop(layout, name, bash(f"echo {name}"))
@@ -712,3 +727,5 @@ def test_a_directory_tree_1000_deep_keeps_inotify_alive(layout: Layout, tmp_path
         wait_for(lambda: finished(layout, "second"), what="the second prompt to run")
     finally:
         watchers.stop_all()
+        _remove_deep_tree(layout.inbox / "before")
+        _remove_deep_tree(layout.inbox / "live")
