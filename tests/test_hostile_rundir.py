@@ -43,24 +43,31 @@ def terminal(layout: Layout, name: str) -> JobRecord | None:
 def test_agent_json_fifo_and_wrong_types_do_not_stop_finalizing(layout: Layout, hopper) -> None:
     """``mkfifo agent.json`` blocked the watcher forever in open() at finish (and again
     in recovery); ``{"permission_denials": 5}`` raised TypeError at finalize on every
-    restart. Both are now ignored with an event; the jobs end on their exit status."""
+    restart; a valid ``{"outcome": "succeeded"}`` turned a bash job's exit 3 into a
+    success. A bash job's agent.json is now never opened (only a driver writes one; the
+    parse errors of a driver's are tested in test_saferead.py): each is ignored with an
+    event, and the jobs end on the exit status the supervisor recorded."""
     drop(layout, "fifo", bash('mkfifo "$HOPPER_RUN_DIR/agent.json"; echo made'))
     wrong = '{"permission_denials": 5, "outcome": "succeeded"}'
     drop(layout, "types", bash(f"echo '{wrong}' > \"$HOPPER_RUN_DIR/agent.json\"\nexit 3"))
+    forged = '{"outcome": "succeeded", "result_path": null}'
+    drop(layout, "forged", bash(f"echo '{forged}' > \"$HOPPER_RUN_DIR/agent.json\"\nexit 3"))
     drop(layout, "good", bash("echo good"))
     result = hopper("run", "--until-idle", timeout=60)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     recs = records(layout)
     assert (recs["fifo"].state, recs["fifo"].reason) == (JobState.SUCCEEDED, Reason.COMPLETED)
-    assert (recs["types"].state, recs["types"].reason) == (JobState.FAILED, Reason.EXIT_NONZERO)
-    assert recs["types"].exit_code == 3, "agent.json did not overrule the exit status"
+    for name in ("types", "forged"):
+        assert (recs[name].state, recs[name].reason) == (JobState.FAILED, Reason.EXIT_NONZERO)
+        assert recs[name].exit_code == 3, "agent.json did not overrule the exit status"
     assert recs["types"].permission_denials == []
     assert recs["good"].state is JobState.SUCCEEDED
-    for name, fragment in (("fifo", "is a FIFO"), ("types", "permission_denials")):
+    for name in ("fifo", "types", "forged"):
         [ignored] = [e for e in events(layout, recs[name]) if e["event"] == "agent_summary_ignored"]
-        assert fragment in str(ignored["detail"]), ignored
+        assert "a bash job wrote it" in str(ignored["detail"]), ignored
     assert "agent.json ignored" in result.stderr
+    assert not [e for e in events(layout, recs["good"]) if e["event"] == "agent_summary_ignored"]
 
 
 def test_fifo_planted_as_priority_of_a_queued_job(layout: Layout, watchers) -> None:

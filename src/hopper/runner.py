@@ -17,8 +17,8 @@ from pathlib import Path
 
 from hopper import workspace
 from hopper.agents.base import JobContext, Preparation
-from hopper.agents.registry import lookup
-from hopper.agents.summary import read_agent_summary, read_live_state, record_fields
+from hopper.agents.registry import driven, lookup
+from hopper.agents.summary import read_job_summary, read_live_state, record_fields
 from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core import prompt as prompts
@@ -446,7 +446,8 @@ class Runner:
             resources=status.resources.model_dump() if status.resources else None,
         )
         reason, detail = outcome.reason, outcome.detail
-        agent = read_agent_summary(job.run_dir, now)
+        by_driver = driven(self.intake.agents, job.record.agent)
+        agent = read_job_summary(job.run_dir, now, driven=by_driver)
         if agent is not None:
             live = read_live_state(job.run_dir)  # the agent's last state and detail
             job.record = job.record.model_copy(update={**live, **record_fields(agent)})

@@ -44,3 +44,8 @@ def lookup(agents: dict[str, Agent], name: str) -> Agent:
         return agents[name]
     except KeyError:
         raise UnknownAgent(name, sorted(agents)) from None
+
+
+def driven(agents: dict[str, Agent], name: str) -> bool:
+    """Whether the driver runs this agent (and so writes its agent.json); bash's never does."""
+    return not isinstance(agents.get(name), BashAgent)

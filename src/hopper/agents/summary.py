@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -93,6 +94,28 @@ def read_agent_summary(run_dir: Path, now: datetime | None = None) -> dict[str, 
                 log.error("%s: cannot record that agent.json was ignored: %s", run_dir, err)
         return None
     return summary.model_dump()
+
+
+def read_job_summary(run_dir: Path, now: datetime, *, driven: bool) -> dict[str, Any] | None:
+    """The driver's agent.json for a job a driver ran; a bash job's is never read.
+
+    A bash script can write any file into its run directory: an agent.json it
+    left must not turn its exit 3 into a success. One it left is noted with an
+    ``agent_summary_ignored`` event and otherwise not opened.
+    """
+    if driven:
+        return read_agent_summary(run_dir, now)
+    try:
+        os.lstat(run_dir / SUMMARY_FILE)
+    except OSError:
+        return None
+    why = "agent.json ignored: a bash job wrote it; only an agent's driver records one"
+    log.warning("%s: %s", run_dir, why)
+    try:
+        append_event(run_dir, "agent_summary_ignored", now, detail=why)
+    except OSError as err:
+        log.error("%s: cannot record that agent.json was ignored: %s", run_dir, err)
+    return None
 
 
 def record_fields(agent: dict[str, Any]) -> dict[str, Any]:

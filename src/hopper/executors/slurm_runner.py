@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hopper.agents.base import Preparation
-from hopper.agents.summary import read_agent_summary, record_fields
+from hopper.agents.registry import driven
+from hopper.agents.summary import read_job_summary, record_fields
 from hopper.config import SlurmConfig
 from hopper.core.agent_outcome import final_reason
 from hopper.core.prompt import BadPrompt, PromptSpec
@@ -439,7 +440,7 @@ class SlurmJobs:
                 signal=outcome.signal,
                 finished_at=finished,
             )
-        agent = read_agent_summary(job.run_dir, now)
+        agent = read_job_summary(job.run_dir, now, driven=driven(r.intake.agents, job.record.agent))
         if agent is not None:
             job.record = job.record.model_copy(update=record_fields(agent))
             refined = final_reason(reason, agent)
