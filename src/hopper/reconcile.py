@@ -29,7 +29,8 @@ from hopper.core.states import JobState, is_terminal
 from hopper.errors import JobFileCorrupt
 from hopper.executors.slurm_runner import StateView, read_exit_file
 from hopper.proc import identity
-from hopper.runner import Runner, Running
+from hopper.runner import Runner
+from hopper.running import Running
 from hopper.store.claim import read_claim
 from hopper.store.finalize import move_prompt
 from hopper.store.jobfile import (

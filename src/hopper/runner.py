@@ -36,6 +36,7 @@ from hopper.faults import crash_point
 from hopper.intake import Intake, read_prompt
 from hopper.loopguard import LoopGuard
 from hopper.proc import identity, spawn, treekill
+from hopper.running import Running
 from hopper.store.atomic import write_atomic
 from hopper.store.jobfile import (
     ABORT_FILE,
@@ -107,16 +108,6 @@ def _reap_adopted(pid: int | None) -> None:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass  # not ours (adopted after a crash): init reaps it
-
-
-@dataclass
-class Running:
-    record: JobRecord
-    run_dir: Path
-    supervisor: subprocess.Popen[bytes] | None  # None when adopted after a restart
-    next_heartbeat: float = 0.0
-    stop_sent: bool = False
-    bad_exit: str | None = None  # why an exit.json found while it ran was not trusted
 
 
 @dataclass

@@ -24,7 +24,8 @@ from hopper.config import Config
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState
 from hopper.intake import Intake
-from hopper.runner import Runner, Running
+from hopper.runner import Runner
+from hopper.running import Running
 from hopper.store.jobfile import read_events, read_record, write_record
 from hopper.store.layout import Layout
 from hopper.watcher import Watcher

@@ -62,11 +62,12 @@ from hopper.executors.slurm import (
     write_job_wrapper,
 )
 from hopper.faults import crash_point
+from hopper.running import Running
 from hopper.store.jobfile import ABORT_FILE, LOG_FILE, append_event, write_record
 from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_text
 
 if TYPE_CHECKING:
-    from hopper.runner import Runner, Running
+    from hopper.runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -242,8 +243,6 @@ class SlurmJobs:
         log.info("job=%s state=queued->running slurm_job_id=%s", record.id, slurm_id)
 
     def _add(self, record: JobRecord, run_dir: Path) -> None:
-        from hopper.runner import Running
-
         r = self.runner
         r.running[record.id] = Running(
             record, run_dir, None, r.clock.monotonic() + r.config.heartbeat_interval
