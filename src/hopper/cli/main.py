@@ -1,90 +1,109 @@
 """``hopper``: one entry point, one module per command.
 
+The command table below names each command's module and its one-line help, so
+``hopper --help`` and ``hopper status`` import only what they run: the chosen
+command's module registers its own arguments; every other command is listed
+from the table (tests/test_cli_main.py checks the table against the modules).
+
 Exit codes: 0 success, 1 the thing asked for failed, 2 usage error.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from hopper import __version__
-from hopper.cli import (
-    abort,
-    agents,
-    config,
-    demo,
-    doctor,
-    events,
-    inbox,
-    logs,
-    pause,
-    priority,
-    retry,
-    run,
-    schema,
-    status,
-    submit,
-    usage,
-    wait,
-    watch,
-    watchers,
-    web,
-)
-from hopper.cli.common import EXIT_USAGE, fail
 from hopper.errors import HopperError
 
 Command = Callable[[argparse.Namespace], int]
 
 
+class Entry(NamedTuple):
+    module: str  # under hopper.cli; its register(sub) adds this command (and its siblings)
+    help: str
+
+
+COMMANDS: dict[str, Entry] = {
+    "run": Entry("run", "run the watcher in the foreground"),
+    "submit": Entry("submit", "write a prompt into the inbox and print its path"),
+    "status": Entry("status", "show jobs (all, or the ones named)"),
+    "logs": Entry("logs", "print (or follow) a job's job.log, or every running job's"),
+    "events": Entry("events", "print (or follow) a job's events.jsonl"),
+    "watch": Entry("watch", "a live view: status bar and the selected job's output"),
+    "usage": Entry("usage", "sum the tokens and cost agents reported"),
+    "abort": Entry("abort", "cancel a queued or running job"),
+    "retry": Entry("retry", "submit a finished job's prompt again as a new job"),
+    "priority": Entry("priority", "change a queued job's priority (higher starts first)"),
+    "pause": Entry("pause", "stop starting queued jobs (all, or one group); running jobs finish"),
+    "resume": Entry("pause", "remove the PAUSE marker (all, or one group)"),
+    "wait": Entry("wait", "wait until jobs end; exit 1 if any failed"),
+    "inbox": Entry("inbox", "inbox housekeeping (init: make the routed folders)"),
+    "demo": Entry("demo", "run three sample jobs on the root and show the results"),
+    "schema": Entry("schema", "print the JSON Schema of job.json"),
+    "config": Entry("config", "check or show the configuration"),
+    "doctor": Entry("doctor", "check the root, the config and the environment"),
+    "agents": Entry("agents", "list the agents and their CLIs; install the CLIs"),
+    "watchers": Entry("watchers", "list the watchers serving this root (their heartbeats)"),
+    "web": Entry("web", "serve the web dashboard (needs the 'web' extra)"),
+}
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
+        from hopper.cli.common import EXIT_USAGE, fail  # the error path only: it loads config
+
         self.print_usage(sys.stderr)
-        print(f"hopper: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
+        raise SystemExit(fail(message, EXIT_USAGE))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The command word: the first argument that is not an option (the top level has
+    only flags without values: ``-h``, ``--help``, ``--version``)."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
+
+
+def build_parser(full: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser; the commands named in ``full`` get their own arguments (their module
+    is imported), every other command only its name and help."""
     parser = _Parser(prog="hopper", description="A job service with a filesystem API.")
     parser.add_argument("--version", action="version", version=f"hopper {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (
-        run,
-        submit,
-        status,
-        logs,
-        events,
-        watch,
-        usage,
-        abort,
-        retry,
-        priority,
-        pause,
-        wait,
-        inbox,
-        demo,
-        schema,
-        config,
-        doctor,
-        agents,
-        watchers,
-        web,
-    ):
-        module.register(sub)
+    modules = {COMMANDS[name].module for name in full}
+    for name, entry in COMMANDS.items():
+        if name in sub.choices:
+            continue  # registered by its module together with a sibling (pause, resume)
+        if entry.module in modules:
+            importlib.import_module(f"hopper.cli.{entry.module}").register(sub)
+        else:
+            sub.add_parser(name, help=entry.help)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    command = chosen_command(words)
+    parser = build_parser(() if command is None else (command,))
+    args = parser.parse_args(words)
     handler: Command | None = getattr(args, "handler", None)
     if handler is None:
+        from hopper.cli.common import EXIT_USAGE
+
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     try:
         return handler(args)
     except HopperError as exc:
+        from hopper.cli.common import fail
+
         return fail(exc)
     except KeyboardInterrupt:
         return 130
