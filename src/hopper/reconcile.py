@@ -23,6 +23,7 @@ from pathlib import Path
 
 from hopper.clock import Clock
 from hopper.core.hosts import HostView, pulse_stale
+from hopper.core.owner import parse_owner
 from hopper.core.record import JobRecord
 from hopper.core.recovery import Action, RunSnapshot, decide
 from hopper.core.states import JobState, is_terminal
@@ -48,16 +49,6 @@ from hopper.store.saferead import UnreadableFile, read_bytes
 from hopper.store.takeover import effective_owner, try_take
 
 log = logging.getLogger(__name__)
-
-
-def parse_owner(owner: str | None) -> tuple[str, int, float] | None:
-    if not owner:
-        return None
-    try:
-        host, pid, start = owner.rsplit(":", 2)
-        return host, int(pid), float(start)
-    except ValueError:
-        return None
 
 
 # Actions that change who owns a job: a dead owner's job is taken exactly once.
@@ -120,14 +111,14 @@ def snapshot(
     if owner_text:
         owner_text, _ = effective_owner(run_dir, owner_text)  # a takeover may be under way
     owner = parse_owner(owner_text)
-    same_host = owner[0] == host if owner else (record is None or record.host == host)
+    same_host = owner.host == host if owner else (record is None or record.host == host)
     owner_alive = False
     host_dead = stale = False
-    if owner is not None and owner_text != me and owner[0] == host:
-        owner_alive = identity.is_alive(owner[1], owner[2])
+    if owner is not None and owner_text != me and owner.host == host:
+        owner_alive = identity.is_alive(owner.pid, owner.start)
     elif not same_host and hosts is not None:
         # Another host: judged by files only (its heartbeats, the job's pulse), never by pid.
-        other = owner[0] if owner else (record.host if record else "")
+        other = owner.host if owner else (record.host if record else "")
         owner_alive = bool(owner_text) and hosts.owner_alive(str(owner_text))
         host_dead = hosts.host_dead(other)
         stale = pulse_stale(_pulse_age(run_dir, now), hosts.dead_after)

@@ -28,6 +28,7 @@ from pathlib import Path
 from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core.hosts import Beat, HostView
+from hopper.core.owner import parse_owner
 from hopper.core.record import JobRecord
 from hopper.core.schedule import Elsewhere, Limits
 from hopper.core.states import JobState, is_terminal
@@ -45,14 +46,6 @@ ALL = "all"
 SWEEP_INTERVAL = 1.0  # seconds between stale-lease sweeps of one full scope
 
 
-def parse_owner(owner: str) -> tuple[str, int, float] | None:
-    try:
-        host, pid, start = owner.rsplit(":", 2)
-        return host, int(pid), float(start)
-    except ValueError:
-        return None
-
-
 class ScaleOut:
     def __init__(
         self, layout: Layout, config: Config, ident: Identity, clock: Clock, limits: Limits
@@ -66,7 +59,7 @@ class ScaleOut:
         self.leases = SlotLeases(layout, ident.owner, ident.host)
         self.pid = os.getpid()
         owner = parse_owner(ident.owner)
-        self.started = owner[2] if owner else clock.time()
+        self.started = owner.start if owner else clock.time()
         self.beats: tuple[Beat, ...] = ()
         self._since = clock.monotonic()
         self._next_beat = 0.0
@@ -81,7 +74,7 @@ class ScaleOut:
             if beat.host != self.ident.host or beat.owner == self.ident.owner:
                 continue
             owner = parse_owner(beat.owner)
-            if owner is not None and not identity.is_alive(owner[1], owner[2]):
+            if owner is not None and not identity.is_alive(owner.pid, owner.start):
                 remove_beat(self.layout, beat.host, beat.pid)  # we adopt what it left
         self._since = self.clock.monotonic()
 
@@ -231,8 +224,8 @@ class ScaleOut:
         owner = parse_owner(lease.owner)
         if owner is None:
             return False
-        if owner[0] == self.ident.host:
-            return identity.is_alive(owner[1], owner[2])
+        if owner.host == self.ident.host:
+            return identity.is_alive(owner.pid, owner.start)
         return self.view(fresh=True).owner_alive(lease.owner)  # a new watcher may not be known yet
 
 

@@ -28,6 +28,7 @@ from hopper.agents.base import Agent
 from hopper.agents.registry import builtin_agents
 from hopper.clock import Clock, SystemClock
 from hopper.config import Config
+from hopper.core.owner import Owner
 from hopper.core.record import JobRecord
 from hopper.core.recovery import Action
 from hopper.core.schedule import KnownJob, Limits, schedule
@@ -84,7 +85,7 @@ class Watcher:
         self.clock = clock or SystemClock()
         host = host or socket.gethostname()
         started = identity.start_time(os.getpid()) or time.time()
-        self.ident = Identity(host=host, owner=f"{host}:{os.getpid()}:{started}")
+        self.ident = Identity(host=host, owner=Owner(host, os.getpid(), started).text())
         agents = agents or builtin_agents(config)
         self.intake = Intake(layout, config, agents, self.clock, self.ident)
         self.runner = Runner(layout, config, self.intake, self.clock)
