@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 from pydantic import ValidationError
 
+from hopper.clock import SystemClock
 from hopper.config import Config, SlurmConfig
 from hopper.core import prompt as prompts
 from hopper.core.prompt import BadPrompt
 from hopper.core.recovery import Action, decide_slurm
 from hopper.core.slurm_parse import (
+    TERMINAL,
     SlurmExitFile,
     SlurmJob,
     SlurmParseError,
@@ -18,7 +23,9 @@ from hopper.core.slurm_parse import (
     settle,
 )
 from hopper.core.states import Reason
-from hopper.executors.slurm_runner import slurm_request
+from hopper.executors import slurm_runner
+from hopper.executors.slurm_runner import SlurmJobs, StateView, slurm_request
+from hopper.store.layout import Layout
 
 
 def found(state: str, **kw: object) -> SlurmState:
@@ -107,3 +114,26 @@ def test_config_keys() -> None:
         Config.model_validate({"slurm": {"mem": "lots"}})
     with pytest.raises(ValidationError):
         Config.model_validate({"slurm": {"nodes": 2}})
+
+
+class _Listing(StateView):
+    """A StateView whose Slurm listing is given, not asked for."""
+
+    def __init__(self, jobs: list[SlurmJob]) -> None:
+        super().__init__()
+        self._jobs = jobs
+
+
+@pytest.mark.parametrize("state", sorted(TERMINAL))
+def test_a_stray_job_slurm_finished_is_not_cancelled(
+    state: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every finished state counts (OUT_OF_MEMORY, NODE_FAIL … not only the usual four)."""
+    cancelled: list[str] = []
+    monkeypatch.setattr(slurm_runner, "cancel", lambda sid: cancelled.append(sid) or True)
+    runner = SimpleNamespace(layout=Layout(tmp_path), clock=SystemClock())
+    jobs = SlurmJobs(runner)  # type: ignore[arg-type]
+    listing = _Listing([SlurmJob("7", state, name="job-1"), SlurmJob("8", "RUNNING", "job-1")])
+    (tmp_path / "runs" / "job-1").mkdir(parents=True)
+    assert jobs.cancel_unrecorded("job-1", listing)
+    assert cancelled == ["8"]

@@ -35,6 +35,7 @@ from hopper.core.agent_outcome import final_reason
 from hopper.core.prompt import BadPrompt, PromptSpec
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.slurm_parse import (
+    TERMINAL,
     SlurmExitFile,
     SlurmJob,
     SlurmOutcome,
@@ -273,7 +274,7 @@ class SlurmJobs:
         if named is None:
             return False
         for job in named:
-            if job.state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            if job.state in TERMINAL:  # finished: nothing to cancel
                 continue
             try:
                 cancel(job.slurm_id)
