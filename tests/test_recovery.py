@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import STALE_CLAIM_SECONDS, Action, RunSnapshot, decide
 from hopper.core.states import JobState, Reason
+from hopper.reconcile import _finished_fast
+from hopper.store.jobfile import JOB_FILE, PROMPT_FILE
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -169,3 +172,22 @@ def test_claim_in_progress_elsewhere_is_not_mine(
 ) -> None:
     """No job.json yet, but a live watcher (or another host) is mid-claim: hands off."""
     assert decide(snap(has_prompt=has_prompt, dir_age=dir_age, **who)) is Action.NOT_MINE
+
+
+@pytest.mark.parametrize(
+    ("job_json", "filed"),
+    [
+        (b'{\n  "id": "j",\n  "state": "succeeded"\n}', True),  # pydantic's indent=2
+        (b'{"id":"j","state":"failed"}', True),  # compact
+        (b'{"id": "j", "state" :\t"aborted"}', True),
+        (b'{"id": "j", "state": "running"}', False),
+        (b'{"detail": "\\"state\\": \\"succeeded\\"", "state": "running"}', False),
+    ],
+)
+def test_finished_fast_reads_the_state_whatever_the_spacing(
+    tmp_path: Path, job_json: bytes, filed: bool
+) -> None:
+    (tmp_path / JOB_FILE).write_bytes(job_json)
+    assert _finished_fast(tmp_path) is filed
+    (tmp_path / PROMPT_FILE).write_text("still here: not filed\n")
+    assert _finished_fast(tmp_path) is False

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import stat
 import time
 from collections.abc import Callable
@@ -329,6 +330,14 @@ def _take_over(
     return snap
 
 
+# A filed job's state in job.json's raw bytes, whatever the spacing around the colon
+# (an escaped quote inside a string value cannot match: it is preceded by a backslash).
+FINISHED_STATE = re.compile(
+    rb'"state"\s*:\s*"(?:%s)"'
+    % b"|".join(s.value.encode() for s in (JobState.SUCCEEDED, JobState.FAILED, JobState.ABORTED))
+)
+
+
 def _finished_fast(run_dir: Path) -> bool:
     """Cheap pre-check: filed jobs (terminal, prompt moved) need no parsing.
 
@@ -341,10 +350,7 @@ def _finished_fast(run_dir: Path) -> bool:
         head = read_bytes(run_dir / JOB_FILE, 4096, truncate=True)
     except (FileNotFoundError, UnreadableFile):
         return False
-    return any(
-        f'"state": "{s}"'.encode() in head
-        for s in (JobState.SUCCEEDED, JobState.FAILED, JobState.ABORTED)
-    )
+    return FINISHED_STATE.search(head) is not None
 
 
 def _apply(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +89,6 @@ def read_resources(run_dir: Path) -> Resources | None:
         return read_model(Resources, run_dir / RESOURCES_FILE, SMALL_LIMIT)
     except (OSError, UnreadableFile):
         return None
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 def append_event(run_dir: Path, event: str, now: datetime, **fields: Any) -> None:
