@@ -25,13 +25,13 @@ from hopper.executors.slurm import (
     SlurmError,
     SlurmUnavailable,
     cancel,
-    find_by_name,
     query,
     release,
     sbatch_argv,
     submit,
     write_batch_script,
 )
+from hopper.executors.slurm_runner import StateView
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -187,9 +187,10 @@ def test_held_job_waits_for_release_and_is_found_by_name(
     )
     assert slurm_outcome(state) is None
     # a watcher that died before recording the id finds it by the hopper id
-    named = find_by_name([job.run_dir.name, "no-such-hopper-id"], slurm.env)
-    assert [j.slurm_id for j in named[job.run_dir.name]] == [job.slurm_id]
-    assert named["no-such-hopper-id"] == []
+    view = StateView(slurm.env)  # what recovery asks
+    named = view.named(job.run_dir.name)
+    assert named is not None and [j.slurm_id for j in named] == [job.slurm_id]
+    assert view.named("no-such-hopper-id") == []
     assert not job.log.exists()
     release(job.slurm_id, slurm.env)
     assert job.finish().reason is Reason.COMPLETED

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from hopper.core.states import JobState, Reason
-from hopper.executors.slurm import find_by_name, query
+from hopper.executors.slurm import query
+from hopper.executors.slurm_runner import StateView
 from hopper.faults import SLURM_CRASH_POINTS
 from hopper.store.jobfile import read_events, read_record, write_record
 from hopper.store.layout import Layout
@@ -248,7 +249,8 @@ def test_crash_between_submit_and_release(
     (run_dir,) = list(layout.runs.iterdir())
     final = read_record(run_dir)
     assert final.state is JobState.SUCCEEDED, final.detail
-    named = find_by_name([final.id], slurm_root.env)[final.id]
+    named = StateView(slurm_root.env).named(final.id)  # what recovery asks
+    assert named is not None
     states = sorted(j.state for j in named)
     if point == "slurm.after_submit":
         assert states == ["CANCELLED", "COMPLETED"], states

@@ -1,14 +1,18 @@
 """The Slurm executor's edge: sbatch, squeue, scancel, with argument vectors only.
 
-Theory of operation: a job's script (``runs/<id>/script.sh``) is wrapped in a
-batch script in the run directory (:func:`write_batch_script`: ``#!/bin/bash``,
-``cd -- <workdir>``, ``exec bash <script>``) and submitted with the argv from
-:func:`sbatch_argv`: ``--parsable``, the hopper id as the job name,
-``--chdir``, ``--output``/``--error`` both onto ``job.log`` in append mode
-(so ``tail -f`` keeps working), ``--time`` from the timeout, resources from
-the front matter, ``--no-requeue`` (hopper's retry policy decides, Slurm never
-silently runs a job twice). :func:`query` asks the controller about many jobs
-with one call; :func:`cancel` is ``scancel``. What the answers mean lives in
+Theory of operation: the watcher writes the job's argv (NUL-separated, never
+shell text) and a batch wrapper into the run directory
+(:func:`write_job_wrapper`: enter the workdir, run the argv as a child, record
+its exit status in ``slurm-exit.json``, end the way the job did) and submits
+it with the argv from :func:`sbatch_argv`: ``--parsable``, the hopper id as
+the job name, ``--chdir``, ``--output``/``--error`` both onto ``job.log`` in
+append mode (so ``tail -f`` keeps working), ``--time`` from the timeout,
+resources from the front matter, ``--no-requeue`` (hopper's retry policy
+decides, Slurm never silently runs a job twice). :func:`query` asks the
+controller about many jobs with one call, :func:`list_jobs` lists them all
+(recovery finds a job by its name there); :func:`cancel` is ``scancel``.
+:func:`batch_script` is a plain wrapper around a script file, used by the
+tests of these edges against a real cluster. What the answers mean lives in
 :mod:`hopper.core.slurm_parse` (pure, tested on recorded output).
 
 Every file named here must be visible at the same path on the compute node:
@@ -292,18 +296,6 @@ def release(
     done = _run(argv, env, timeout)
     if done.returncode != 0:
         raise _failure(argv, done)
-
-
-def find_by_name(
-    names: Iterable[str], env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT
-) -> dict[str, list[SlurmJob]]:
-    """The Slurm jobs named after each hopper id (for recovery: submitted, never recorded)."""
-    wanted = set(names)
-    found: dict[str, list[SlurmJob]] = {name: [] for name in wanted}
-    for job in _all_jobs(env, timeout):
-        if job.name in wanted:
-            found[job.name].append(job)
-    return found
 
 
 _GONE = ("already completing or completed", "invalid job id specified")
