@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "scripts" / "bench"
-SECTIONS = ("throughput", "latency", "running", "backlog", "events_tail")
+SECTIONS = ("throughput", "latency", "running", "backlog", "events_tail", "cli")
 
 
 def positive(summary: dict[str, float] | None, what: str) -> None:
@@ -83,6 +83,12 @@ def test_bench_quick(tmp_path: Path) -> None:
         positive(hopper_tail["command_ms"], "hopper events --tail")
     else:
         assert "not yet implemented" in hopper_tail["status"], hopper_tail
+
+    cli = data["cli"]
+    assert cli["jobs"] >= 100
+    for key in ("bare_python_ms", "help_ms", "status_ms", "events_tail_ms"):
+        positive(cli[key], f"cli {key}")
+    assert "hopper status (" in result.stdout
 
     leftovers = [p for p in tmp_path.iterdir() if p.name.startswith("hopper-bench-")]
     assert leftovers == [], "the bench must remove its temporary directory"
