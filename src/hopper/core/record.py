@@ -187,6 +187,7 @@ class ExitStatus(BaseModel):
     timed_out: bool = False
     stop_signal_sent: bool = False
     leftovers_killed: int = 0
+    escaped: int = Field(0, description="processes still alive when the supervisor gave up killing")
     limit: Literal["memory", "output", "idle"] | None = Field(
         None,
         description="the limit that made the supervisor end the tree, if one did "

@@ -8,32 +8,16 @@ watcher (the systemd unit uses KillMode=process).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from hopper.proc import supervise
+from hopper.proc.protocol import LaunchSpec as LaunchSpec  # the spec, for callers of launch
 
-SUPERVISOR_SCRIPT = Path(supervise.__file__)
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """What to run; sent to the supervisor over a pipe, never on a command line."""
-
-    argv: list[str]
-    cwd: str
-    env: dict[str, str]
-    log: str
-    stop_signals: list[int] = field(default_factory=lambda: [15])
-    grace: float = 10.0
-    timeout: float | None = None
-    memory_max: int | None = None  # bytes of RSS for the whole tree; None: no limit
-    output_max: int | None = None  # bytes of job.log; None: no limit
-    sample_interval: float = 1.0  # seconds between measurements of the tree
-    idle_timeout: float | None = None  # job.log not growing this long ends the tree (bash)
+# Run by path, never imported here: importing it would put its directory on sys.path.
+SUPERVISOR_SCRIPT = Path(__file__).with_name("supervise.py")
 
 
 class SpawnFailed(OSError):
@@ -102,8 +86,8 @@ def launch(
     proc = (pool.take() if pool else None) or _start_supervisor(run_dir)
     assert proc.stdin is not None
     try:
-        payload = {**asdict(spec), "run_dir": str(run_dir)}
-        proc.stdin.write(json.dumps(payload).encode() + b"\n")
+        payload = dataclasses.replace(spec, run_dir=str(run_dir)).to_json()
+        proc.stdin.write(payload.encode() + b"\n")
         proc.stdin.flush()
     except BrokenPipeError:
         proc.wait()

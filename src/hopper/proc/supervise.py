@@ -5,8 +5,8 @@ starts fast and does not depend on hopper's environment). The watcher talks
 to it over stdin/stdout for exactly one handshake:
 
 1. watcher -> supervisor: one JSON line, the job spec
-   (argv, cwd, env, log, stop_signals, grace, timeout, memory_max,
-   output_max, sample_interval).
+   (proc/protocol.py's ``LaunchSpec``; one that does not match it is refused
+   on stderr and the supervisor exits without a pid line).
 2. The supervisor forks the job, which waits at a gate before exec;
    supervisor -> watcher: ``{"pid": N}``.
 3. The watcher records ``running`` with that pid in job.json, then sends
@@ -19,8 +19,8 @@ stays below it. It waits for the job, enforces the timeout, and on SIGTERM
 or SIGINT (the watcher's "stop") sends the stop signals to the job's
 process group, each followed by a grace period, then SIGKILL to every
 descendant. Descendants left behind by a job that exited are ended the same
-way: nothing outlives its job. Last, it writes ``exit.json`` atomically and
-durably, and exits.
+way: nothing outlives its job. Last, it writes ``exit.json`` (protocol's
+``ExitRecord``) atomically and durably, and exits.
 
 Every ``sample_interval`` it measures the tree (CPU, RSS, job.log growth; see
 :meth:`Supervisor.sample`) into ``resources.json`` for the watcher's
@@ -56,13 +56,35 @@ from __future__ import annotations
 import ctypes
 import errno
 import json
-import math
 import os
 import resource
 import signal
 import stat
 import sys
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING or __package__:
+    from hopper.proc.ladder import Action, KillTree, Ladder
+    from hopper.proc.protocol import (
+        DEFAULT_GRACE,
+        DEFAULT_SAMPLE_INTERVAL,
+        ExitRecord,
+        LaunchSpec,
+        ProtocolError,
+        finite,
+    )
+else:  # run by path under -I -S: hopper is not importable, the contract is a sibling
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from ladder import Action, KillTree, Ladder
+    from protocol import (
+        DEFAULT_GRACE,
+        DEFAULT_SAMPLE_INTERVAL,
+        ExitRecord,
+        LaunchSpec,
+        ProtocolError,
+        finite,
+    )
 
 PR_SET_CHILD_SUBREAPER = 36
 EXIT_FILE = "exit.json"
@@ -86,35 +108,31 @@ def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1e6):06d}+00:00"
 
 
-def _number(value: object) -> float | None:
-    """A finite, non-negative number from the spec, else None ("no limit")."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) and number >= 0 else None
+def _bytes(value: int | None) -> int | None:
+    """A byte limit from the spec; a negative one means none."""
+    return None if value is None or value < 0 else value
 
 
 class Supervisor:
-    def __init__(self, run_dir: str, spec: dict[str, object]) -> None:
+    def __init__(self, run_dir: str, spec: LaunchSpec) -> None:
         self.run_dir = run_dir
         # Every write goes through this descriptor: a run directory replaced by a
         # symlink after the start cannot redirect them.
         self.dir_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        self.argv = [str(a) for a in spec["argv"]]  # type: ignore[attr-defined]
-        self.cwd = str(spec["cwd"])
-        self.env = {str(k): str(v) for k, v in spec["env"].items()}  # type: ignore[attr-defined]
-        self.log = str(spec["log"])
+        self.argv = list(spec.argv)
+        self.cwd = spec.cwd
+        self.env = dict(spec.env)
+        self.log = spec.log
         self.log_fd = -1  # the supervisor's own descriptor of job.log, kept open
-        self.stop_signals = [int(s) for s in spec.get("stop_signals", [15])]  # type: ignore[attr-defined]
-        grace = _number(spec.get("grace", 10.0))
-        self.grace = 10.0 if grace is None else grace
-        self.timeout = _number(spec.get("timeout"))
-        memory_max, output_max = _number(spec.get("memory_max")), _number(spec.get("output_max"))
-        self.memory_max = None if memory_max is None else int(memory_max)
-        self.output_max = None if output_max is None else int(output_max)
-        interval = _number(spec.get("sample_interval", 1.0))
-        self.sample_interval = interval if interval else 1.0
-        idle = _number(spec.get("idle_timeout"))
+        self.stop_signals = list(spec.stop_signals)
+        grace = finite(spec.grace)
+        self.grace = DEFAULT_GRACE if grace is None else grace
+        self.timeout = finite(spec.timeout)
+        self.memory_max = _bytes(spec.memory_max)
+        self.output_max = _bytes(spec.output_max)
+        interval = finite(spec.sample_interval)
+        self.sample_interval = interval if interval else DEFAULT_SAMPLE_INTERVAL
+        idle = finite(spec.idle_timeout)
         self.idle_timeout = idle if idle else None  # 0 or absent: no idle limit
         self.idle_size = -1  # job.log's size at the last idle check
         self.active_at = 0.0  # monotonic time job.log last grew (or the job started)
@@ -295,8 +313,8 @@ class Supervisor:
         except OSError:
             return 0
 
-    def resources(self, live: bool) -> dict[str, object]:
-        figures: dict[str, object] = {
+    def resources(self, live: bool) -> dict[str, int | float | None]:
+        figures: dict[str, int | float | None] = {
             "cpu_seconds": round(self.cpu, 3),
             "peak_rss_bytes": self.peak_rss,
             "output_bytes": self.output_bytes(),
@@ -331,7 +349,7 @@ class Supervisor:
             os.unlink(name, dir_fd=self.dir_fd)  # a link or file planted at our temp name
             return os.open(name, flags, 0o644, dir_fd=self.dir_fd)
 
-    def final_figures(self) -> dict[str, object]:
+    def final_figures(self) -> dict[str, int | float | None]:
         """Exact once the tree is gone: every process was reaped into RUSAGE_CHILDREN.
 
         Called after :meth:`end_leftovers`; only a leftover that SIGKILL could
@@ -474,8 +492,7 @@ class Supervisor:
 
     def run(self) -> None:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        stop_steps: list[int] | None = None
-        step_deadline: float | None = None
+        ladder = Ladder(grace=self.grace)
         # The first measurement after one interval: a short job costs no /proc walk
         # (its final figures come from RUSAGE_CHILDREN).
         next_sample = time.monotonic() + self.sample_interval
@@ -486,17 +503,15 @@ class Supervisor:
             idle_step = min(1.0, max(0.05, self.idle_timeout / 10))
             next_idle = self.active_at + idle_step
         while self.status is None:
-            until = step_deadline if stop_steps is not None else deadline
-            checks = (
-                (next_sample,) if stop_steps is not None else (next_sample, next_check, next_idle)
-            )
+            until = ladder.due if ladder.stopping else deadline
+            checks = (next_sample,) if ladder.stopping else (next_sample, next_check, next_idle)
             sig = self.wait(_earliest(until, *checks))
             self.reap()
             if self.status is not None:
                 break
             now = time.monotonic()
             limit = None
-            if stop_steps is None and sig is None and self.gone():
+            if not ladder.stopping and sig is None and self.gone():
                 sig = signal.SIGTERM  # the run directory was deleted: stop, nothing to record
             sampled = now >= next_sample
             if sampled:
@@ -507,13 +522,13 @@ class Supervisor:
             checked = next_check is not None and (sampled or now >= next_check)
             if checked:
                 next_check = now + OUTPUT_CHECK
-            if stop_steps is None and sig not in STOP_REQUESTS and (sampled or checked):
+            if not ladder.stopping and sig not in STOP_REQUESTS and (sampled or checked):
                 limit = self.over_limit()
             if next_idle is not None and now >= next_idle:
                 next_idle = now + idle_step
-                if limit is None and stop_steps is None and sig not in STOP_REQUESTS:
+                if limit is None and not ladder.stopping and sig not in STOP_REQUESTS:
                     limit = "idle" if self.idle_check(now) else None
-            begin_stop = stop_steps is None and (
+            begin_stop = not ladder.stopping and (
                 sig in STOP_REQUESTS
                 or limit is not None
                 or (deadline is not None and now >= deadline)
@@ -526,25 +541,24 @@ class Supervisor:
                     self.safe_event("timeout", timeout_seconds=self.timeout)
                 # An output limit is SIGKILL at once: a writer that ignores
                 # SIGTERM would fill the disk during the grace period.
-                stop_steps = (
-                    [signal.SIGKILL] if limit == "output" else [*self.stop_signals, signal.SIGKILL]
-                )
-                step_deadline = now
-            if stop_steps is not None and step_deadline is not None and now >= step_deadline:
-                sig_now = stop_steps.pop(0) if stop_steps else signal.SIGKILL
-                self.stop_signal_sent = True
-                if sig_now == signal.SIGKILL:
-                    self.signal_group(signal.SIGKILL)
-                    killed = self.kill_all()
-                    self.safe_event("signal_sent", signal="SIGKILL", processes=killed)
-                    step_deadline = now + 1.0
-                else:
-                    self.signal_group(sig_now)
-                    self.safe_event(
-                        "signal_sent", signal=signal.Signals(sig_now).name, target="process group"
-                    )
-                    step_deadline = now + self.grace
+                ladder = ladder.begin(now, self.stop_signals, at_once=limit == "output")
+            ladder, action = ladder.step(now)
+            if action is not None:
+                self.act(action)
         self.end_leftovers()
+
+    def act(self, action: Action) -> None:
+        """Perform one step of the stop ladder."""
+        self.stop_signal_sent = True
+        if isinstance(action, KillTree):
+            self.signal_group(signal.SIGKILL)
+            killed = self.kill_all()
+            self.safe_event("signal_sent", signal="SIGKILL", processes=killed)
+        else:
+            self.signal_group(action.signal)
+            self.safe_event(
+                "signal_sent", signal=signal.Signals(action.signal).name, target="process group"
+            )
 
     def end_leftovers(self) -> None:
         """The job exited; end whatever it left running (TERM, grace, KILL)."""
@@ -571,7 +585,7 @@ class Supervisor:
         self,
         started: bool,
         error: str | None = None,
-        resources: dict[str, object] | None = None,
+        resources: dict[str, int | float | None] | None = None,
     ) -> None:
         code = sig = None
         if self.status is not None:
@@ -579,22 +593,22 @@ class Supervisor:
                 code = os.WEXITSTATUS(self.status)
             elif os.WIFSIGNALED(self.status):
                 sig = os.WTERMSIG(self.status)
-        record = {
-            "started": started,
-            "supervisor_pid": os.getpid(),
-            "pid": self.pid or None,
-            "exit_code": code,
-            "signal": sig,
-            "timed_out": self.timed_out,
-            "stop_signal_sent": self.stop_signal_sent,
-            "leftovers_killed": self.leftovers_killed,
-            "escaped": self.escaped,
-            "limit": self.limit,
-            "resources": resources,
-            "error": error,
-            "finished_at": _iso(time.time()),
-        }
-        data = json.dumps(record).encode() + b"\n"
+        record = ExitRecord(
+            started=started,
+            supervisor_pid=os.getpid(),
+            pid=self.pid or None,
+            exit_code=code,
+            signal=sig,
+            timed_out=self.timed_out,
+            stop_signal_sent=self.stop_signal_sent,
+            leftovers_killed=self.leftovers_killed,
+            escaped=self.escaped,
+            limit=self.limit,
+            resources=resources,
+            error=error,
+            finished_at=_iso(time.time()),
+        )
+        data = record.to_json().encode() + b"\n"
         delay = 0.1
         while True:
             if self.gone():
@@ -647,10 +661,14 @@ def main(argv: list[str]) -> int:
     line = sys.stdin.readline()
     if not line:
         return 0  # a pooled supervisor whose watcher went away before using it
-    spec = json.loads(line)
+    try:
+        spec = LaunchSpec.from_json(line)
+    except ProtocolError as exc:
+        sys.stderr.write(f"hopper supervisor: {exc}\n")
+        return 2  # the watcher sees the handshake broken (no pid line)
     # A pooled supervisor learns its run directory with the spec; it then
     # moves into it, which is how a restarted watcher finds it (its cwd).
-    run_dir = str(spec.get("run_dir") or argv[1])
+    run_dir = spec.run_dir or argv[1]
     os.chdir(run_dir)
     sup = Supervisor(run_dir, spec)
     _become_subreaper()

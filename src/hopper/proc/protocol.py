@@ -1,0 +1,210 @@
+"""The supervisor's contract: the launch spec it reads and the exit record it writes.
+
+Shared by both sides. The watcher (proc/spawn.py) builds a :class:`LaunchSpec`
+and sends ``to_json()`` on the supervisor's stdin; the supervisor
+(proc/supervise.py, run as ``python -I -S`` by path) reads it back with
+:meth:`LaunchSpec.from_json` and writes exit.json from an :class:`ExitRecord`.
+The shell reads exit.json into ``core.record.ExitStatus``;
+tests/test_supervisor_protocol.py holds the two to the same fields.
+
+Standard library only, and importable as a sibling module (``import
+protocol``): the supervisor loads it without hopper on its path. Both
+``from_json`` refuse a value of the wrong type and a key they do not know,
+naming the field, so a spec from a newer or older watcher fails loudly
+instead of running with a default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+LIMITS = ("memory", "output", "idle")  # ExitRecord.limit: what made the supervisor end the tree
+DEFAULT_GRACE = 10.0  # seconds; also what a non-finite grace falls back to
+DEFAULT_SAMPLE_INTERVAL = 1.0  # seconds; also what a zero or non-finite interval falls back to
+RESOURCE_KEYS = ("cpu_seconds", "peak_rss_bytes", "output_bytes", "rss_bytes", "processes")
+
+
+class ProtocolError(ValueError):
+    """A launch spec or exit record that does not match the contract."""
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _optional(check: Callable[[object], bool]) -> Callable[[object], bool]:
+    return lambda v: v is None or check(v)
+
+
+def _is_str(v: object) -> bool:
+    return isinstance(v, str)
+
+
+def _is_str_list(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(a, str) for a in v)
+
+
+def _is_int_list(v: object) -> bool:
+    return isinstance(v, list) and all(_is_int(a) for a in v)
+
+
+def _is_str_dict(v: object) -> bool:
+    return isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(x, str) for k, x in v.items()
+    )
+
+
+def _is_resources(v: object) -> bool:
+    return isinstance(v, dict) and all(
+        k in RESOURCE_KEYS and (x is None or _is_number(x)) for k, x in v.items()
+    )
+
+
+def _is_limit(v: object) -> bool:
+    return v in LIMITS
+
+
+# What each field must hold, as checked by from_json, and how to say it.
+_SPEC_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "argv": (_is_str_list, "a list of strings"),
+    "cwd": (_is_str, "a string"),
+    "env": (_is_str_dict, "an object of strings"),
+    "log": (_is_str, "a string"),
+    "stop_signals": (_is_int_list, "a list of signal numbers"),
+    "grace": (_is_number, "a number of seconds"),
+    "timeout": (_optional(_is_number), "a number of seconds or null"),
+    "memory_max": (_optional(_is_int), "a whole number of bytes or null"),
+    "output_max": (_optional(_is_int), "a whole number of bytes or null"),
+    "sample_interval": (_is_number, "a number of seconds"),
+    "idle_timeout": (_optional(_is_number), "a number of seconds or null"),
+    "run_dir": (_optional(_is_str), "a string or null"),
+}
+
+_EXIT_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
+    "started": (lambda v: isinstance(v, bool), "true or false"),
+    "supervisor_pid": (_optional(_is_int), "a pid or null"),
+    "pid": (_optional(_is_int), "a pid or null"),
+    "exit_code": (_optional(_is_int), "an exit code or null"),
+    "signal": (_optional(_is_int), "a signal number or null"),
+    "timed_out": (lambda v: isinstance(v, bool), "true or false"),
+    "stop_signal_sent": (lambda v: isinstance(v, bool), "true or false"),
+    "leftovers_killed": (_is_int, "a whole number"),
+    "escaped": (_is_int, "a whole number"),
+    "limit": (_optional(_is_limit), f"one of {', '.join(LIMITS)} or null"),
+    "resources": (_optional(_is_resources), f"an object of numbers ({', '.join(RESOURCE_KEYS)})"),
+    "error": (_optional(_is_str), "a string or null"),
+    "finished_at": (_is_str, "an ISO 8601 time"),
+}
+
+
+def _validated(
+    what: str, data: object, checks: dict[str, tuple[Callable[[object], bool], str]]
+) -> dict[str, Any]:
+    """``data`` as keyword arguments, after checking every key and value against ``checks``."""
+    if not isinstance(data, dict):
+        raise ProtocolError(f"{what}: expected a JSON object, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(checks))
+    if unknown:
+        raise ProtocolError(
+            f"{what}: unknown key(s) {', '.join(map(repr, unknown))}; "
+            "the watcher and the supervisor come from different hopper versions: "
+            "restart the watcher so both sides run the same code"
+        )
+    for key, value in data.items():
+        check, expected = checks[key]
+        if not check(value):
+            raise ProtocolError(f"{what}: {key!r} must be {expected}, got {value!r}")
+    return dict(data)
+
+
+def _parse(what: str, text: str | bytes) -> object:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ProtocolError(f"{what}: not JSON ({exc})") from None
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to run; sent to the supervisor over a pipe, never on a command line."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    log: str
+    stop_signals: list[int] = field(default_factory=lambda: [15])
+    grace: float = DEFAULT_GRACE  # seconds between a stop signal and the next (then SIGKILL)
+    timeout: float | None = None
+    memory_max: int | None = None  # bytes of RSS for the whole tree; None: no limit
+    output_max: int | None = None  # bytes of job.log; None: no limit
+    sample_interval: float = DEFAULT_SAMPLE_INTERVAL  # seconds between measurements of the tree
+    idle_timeout: float | None = None  # job.log not growing this long ends the tree (bash)
+    run_dir: str | None = None  # set by spawn.launch: a pooled supervisor learns it here
+
+    def __post_init__(self) -> None:
+        _validated("launch spec", asdict(self), _SPEC_CHECKS)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> LaunchSpec:
+        """Parse and check a spec line; :class:`ProtocolError` names what is wrong."""
+        what = "launch spec (the supervisor's stdin)"
+        data = _validated(what, _parse(what, text), _SPEC_CHECKS)
+        missing = [f.name for f in fields(cls) if f.name in _REQUIRED_SPEC and f.name not in data]
+        if missing:
+            raise ProtocolError(f"{what}: missing {', '.join(missing)}")
+        return cls(**data)
+
+
+_REQUIRED_SPEC = ("argv", "cwd", "env", "log")
+
+
+def finite(value: float | None) -> float | None:
+    """A finite, non-negative number, else None ("no limit"): a NaN timeout never spins."""
+    if value is None or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    """``runs/<id>/exit.json``: how the job ended, as its supervisor saw it."""
+
+    started: bool
+    finished_at: str
+    supervisor_pid: int | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    stop_signal_sent: bool = False
+    leftovers_killed: int = 0
+    escaped: int = 0  # processes still alive when the supervisor gave up killing
+    limit: str | None = None
+    resources: dict[str, int | float | None] | None = None
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        _validated("exit record", asdict(self), _EXIT_CHECKS)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ExitRecord:
+        what = "exit.json"
+        data = _validated(what, _parse(what, text), _EXIT_CHECKS)
+        missing = [name for name in ("started", "finished_at") if name not in data]
+        if missing:
+            raise ProtocolError(f"{what}: missing {', '.join(missing)}")
+        return cls(**data)
