@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
-import secrets
 import sys
 import tomllib
 from collections.abc import Mapping
@@ -18,8 +16,8 @@ from hopper.cli.common import EXIT_FAILED, EXIT_USAGE, add_root_args, context, w
 from hopper.core import frontmatter
 from hopper.core.jobid import prompt_stem, slugify
 from hopper.core.prompt import FENCE, BadPrompt, PromptOptions, decode
-from hopper.store.atomic import fsync_dir
-from hopper.store.layout import PROMPT_SUFFIX, Layout
+from hopper.store.inbox_drop import drop_into
+from hopper.store.layout import Layout
 
 
 def register(sub: Any) -> None:
@@ -68,13 +66,6 @@ def compose(data: bytes, overrides: Mapping[str, frontmatter.Value]) -> bytes:
     return (frontmatter.render(options) + body).encode()
 
 
-def unique_target(folder: Path, stem: str) -> Path:
-    target = folder / f"{stem}{PROMPT_SUFFIX}"
-    while target.exists():
-        target = folder / f"{stem}-{secrets.token_hex(2)}{PROMPT_SUFFIX}"
-    return target
-
-
 def drop(layout: Layout, data: bytes, stem: str, subdir: str = "") -> Path:
     """Write ``data`` to a temporary dot-name in the inbox, fsync, rename into place.
 
@@ -84,24 +75,7 @@ def drop(layout: Layout, data: bytes, stem: str, subdir: str = "") -> Path:
     folder = (layout.inbox / subdir) if subdir else layout.inbox
     if subdir and (Path(subdir).is_absolute() or ".." in Path(subdir).parts):
         raise ValueError(f"--to {subdir!r} must be a relative path inside the inbox")
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{stem}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        target = unique_target(folder, stem)
-        os.rename(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(folder)
-    return target
+    return drop_into(folder, stem, data)
 
 
 def handle(args: argparse.Namespace) -> int:

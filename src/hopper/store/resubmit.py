@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import tomllib
 from pathlib import Path, PurePosixPath
 
@@ -22,9 +21,9 @@ from hopper.core.prompt import FENCE, BadPrompt, decode
 from hopper.core.record import JobRecord
 from hopper.core.states import ACTIVE_STATES
 from hopper.errors import HopperError
-from hopper.store.atomic import fsync_dir
+from hopper.store.inbox_drop import drop_into
 from hopper.store.jobfile import PROMPT_FILE
-from hopper.store.layout import PROMPT_SUFFIX, Layout, inside
+from hopper.store.layout import Layout, inside
 from hopper.store.lookup import find_job
 from hopper.store.saferead import UnreadableFile, read_bytes
 
@@ -66,7 +65,7 @@ def resubmit(layout: Layout, job_ref: str, *, max_bytes: int = DEFAULT_MAX_BYTES
         ) from None
     folder = _inbox_folder(layout, record)
     stem = prompt_stem(PurePosixPath(record.inbox_path).name).lstrip(".") or "retry"
-    return _drop(folder, stem, text.encode())
+    return drop_into(folder, stem, text.encode())
 
 
 def mark_retry(text: str, job_id: str) -> str:
@@ -139,27 +138,3 @@ def _inbox_folder(layout: Layout, record: JobRecord) -> Path:
             hint="submit the prompt again by hand: hopper submit FILE",
         )
     return folder
-
-
-def _drop(folder: Path, stem: str, data: bytes) -> Path:
-    """Temp dot-name, fsync, rename to a name no other prompt has (the stem, else stem-XXXX)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".retry.{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        target = folder / f"{stem}{PROMPT_SUFFIX}"
-        while os.path.lexists(target):
-            target = folder / f"{stem}-{secrets.token_hex(2)}{PROMPT_SUFFIX}"
-        os.rename(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(folder)
-    return target
