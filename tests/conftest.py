@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from hopper.store.layout import Layout
+from modelserver import ModelServer
 from waiting import poll_until
 
 FAST_CONFIG = """\
@@ -159,3 +160,10 @@ def _no_leaked_processes(tmp_path: Path) -> Iterator[None]:
         except psutil.NoSuchProcess:
             pass
     assert not left, f"processes leaked: {[p.pid for p in left]}"
+
+
+@pytest.fixture
+def srv() -> Iterator[ModelServer]:
+    """The suite's own model server on 127.0.0.1 (Anthropic Messages + OpenAI Responses)."""
+    with ModelServer() as server:
+        yield server

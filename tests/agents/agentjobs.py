@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from agents_env import (
     codex_env,
 )
 from conftest import FAST_CONFIG
+from hopper.store.layout import Layout
 
 # The version matrix: each installed CLI version as "agent@version" (pinned first).
 CLAUDES = [f"claude@{v}" for v in CLAUDE_VERSIONS]
@@ -88,3 +91,11 @@ def agent_config(
 def prompt(agent: str, body: str, **options: Any) -> str:
     front = "".join(f"{k} = {_value(v)}\n" for k, v in options.items())
     return f'+++\nagent = "{agent}"\n{front}+++\n{body}\n'
+
+
+Hopper = Callable[..., subprocess.CompletedProcess[str]]  # the `hopper` fixture's type
+
+
+def jobs(layout: Layout) -> list[Path]:
+    """The run directories under the root, in claim order."""
+    return sorted(d for d in layout.runs.iterdir() if not d.name.startswith("."))

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from agentjobs import MATRIX, agent_config, prompt, versioned
+from agentjobs import MATRIX, Hopper, agent_config, jobs, prompt, versioned
 
 from conftest import Watchers, drop, wait_for
 from hopper.core.states import JobState, Reason
@@ -18,24 +16,12 @@ from hopper.store.jobfile import read_events, read_record
 from hopper.store.layout import Layout
 from modelserver import ModelServer, error, last_user_text, text, tool
 
-Hopper = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture
-def srv() -> Iterator[ModelServer]:
-    with ModelServer() as server:
-        yield server
-
 
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
     d = tmp_path / "work"
     d.mkdir()
     return d
-
-
-def jobs(layout: Layout) -> list[Path]:
-    return sorted(d for d in layout.runs.iterdir() if not d.name.startswith("."))
 
 
 def events(run_dir: Path) -> list[str]:

@@ -7,31 +7,17 @@ scripted model server.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from agentjobs import CLAUDES, MATRIX, agent_config, prompt, versioned
+from agentjobs import CLAUDES, MATRIX, Hopper, agent_config, jobs, prompt, versioned
 
 from conftest import Watchers, drop, wait_for
 from hopper.core.states import TERMINAL_STATES, JobState, Reason
 from hopper.store.jobfile import read_events, read_record
 from hopper.store.layout import Layout
 from modelserver import ModelServer, error, last_user_text, text
-
-Hopper = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture
-def srv() -> Iterator[ModelServer]:
-    with ModelServer() as server:
-        yield server
-
-
-def jobs(layout: Layout) -> list[Path]:
-    return sorted(d for d in layout.runs.iterdir() if not d.name.startswith("."))
 
 
 @pytest.mark.parametrize("agent_at", MATRIX)

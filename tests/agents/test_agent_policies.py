@@ -3,34 +3,20 @@ of a custom agent's whole process group."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
-from agentjobs import agent_config, prompt
+from agentjobs import Hopper, agent_config, jobs, prompt
 
 from conftest import drop, wait_for
 from hopper.core.states import JobState, Reason
 from hopper.store.jobfile import read_events, read_record
 from hopper.store.layout import Layout
 from modelserver import ModelServer, error, text
-
-Hopper = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture
-def srv() -> Iterator[ModelServer]:
-    with ModelServer() as server:
-        yield server
-
-
-def jobs(layout: Layout) -> list[Path]:
-    return sorted(d for d in layout.runs.iterdir() if not d.name.startswith("."))
 
 
 def test_on_error_fail_does_not_rerun_a_rate_limit(

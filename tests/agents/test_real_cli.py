@@ -69,12 +69,6 @@ def codex_any(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def srv():
-    with ModelServer() as server:
-        yield server
-
-
-@pytest.fixture
 def work(tmp_path: Path) -> Path:
     d = tmp_path / "work"
     d.mkdir()
