@@ -40,8 +40,8 @@ from hopper.core.record import JobRecord
 from hopper.core.states import JobState
 from hopper.core.templates import expand_argv, template_values
 from hopper.proc import treekill
+from hopper.store import ledger
 from hopper.store.atomic import open_regular
-from hopper.store.jobfile import append_event
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ class HookRunner:
     def _record(self, call: HookCall, *, ok: bool, detail: str) -> None:
         target = call.url if call.url else (call.argv or [""])[0]
         try:
-            append_event(
+            ledger.note(
                 call.run_dir,
                 "hook_ok" if ok else "hook_failed",
                 self.clock.now(),

@@ -8,7 +8,7 @@ file goes to processed/ like any other.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -17,18 +17,18 @@ from hopper.agents.base import Agent
 from hopper.agents.registry import UnknownAgent, lookup
 from hopper.clock import Clock
 from hopper.config import Config, Route
+from hopper.core import lifecycle, routing
 from hopper.core import prompt as prompts
-from hopper.core import routing
 from hopper.core.jobid import prompt_stem
+from hopper.core.lifecycle import Admitted, ExitFigures
 from hopper.core.prompt import BadPrompt, PromptSpec
 from hopper.core.record import JobHooks, JobRecord
-from hopper.core.states import JobState, Reason, check_transition, state_for
+from hopper.core.states import JobState, Reason
 from hopper.executors.slurm_runner import slurm_request
-from hopper.faults import crash_point
-from hopper.store import saferead
+from hopper.store import ledger, saferead
 from hopper.store.claim import Claimed, claim, read_claim
-from hopper.store.finalize import finalize
-from hopper.store.jobfile import PROMPT_FILE, append_event, write_record
+from hopper.store.finalize import file_terminal
+from hopper.store.jobfile import PROMPT_FILE
 from hopper.store.layout import Layout
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ class Intake:
         # A name that is not UTF-8 arrives with surrogate escapes, which no
         # JSON record can hold: records carry a printable rendering instead.
         inbox_rel = printable(claimed.inbox_rel)
-        append_event(
+        ledger.note(
             run_dir,
             "claimed",
             now,
@@ -128,13 +128,18 @@ class Intake:
             spec = prompts.parse(read_prompt(run_dir / PROMPT_FILE, self.config.max_prompt_bytes))
         except BadPrompt as exc:
             return self.reject(run_dir, base, Reason.BAD_PROMPT, exc.describe(claimed.inbox_rel))
-        record = self._queued(base, spec)
+        settings = self._queued(base, spec)
+        step = lifecycle.admitted(base, Admitted(now, settings))
+        record = step.record
         try:
-            record = record.model_copy(
-                update={"slurm_resources": slurm_request(record.executor, spec, self.config.slurm)}
-            )
+            resources = slurm_request(record.executor, spec, self.config.slurm)
         except BadPrompt as exc:
             return self.reject(run_dir, record, Reason.BAD_PROMPT, exc.describe(claimed.inbox_rel))
+        if resources:
+            step = lifecycle.admitted(
+                base, Admitted(now, {**settings, "slurm_resources": resources})
+            )
+            record = step.record
         try:
             lookup(self.agents, record.agent)
         except UnknownAgent as exc:
@@ -147,14 +152,13 @@ class Intake:
                 return self.reject(run_dir, record, Reason.BAD_PROMPT, detail)
         # Not fsynced: if a power cut loses it, prompt.md and claim.json are still
         # there and recovery completes the claim; the running record is durable.
-        write_record(run_dir, record, durable=False)
-        crash_point("claim.after_record")
-        append_event(run_dir, "queued", now, name=record.name, agent=record.agent)
+        ledger.commit(run_dir, step, durable=False, crash="claim.after_record")
         log.info("job=%s state=queued name=%s agent=%s", record.id, record.name, record.agent)
         return record
 
-    def _queued(self, base: JobRecord, spec: PromptSpec) -> JobRecord:
-        """Front matter wins over the inbox route, which wins over the config."""
+    def _queued(self, base: JobRecord, spec: PromptSpec) -> dict[str, object]:
+        """The job's settings: front matter wins over the inbox route, which wins
+        over the config."""
         opts = spec.options
         timeout = spec.timeout_seconds
         folders = routing.subpath(base.inbox_path)
@@ -168,39 +172,37 @@ class Intake:
         workspace = routing.first(opts.workspace, route.workspace) or "none"
         workdir = routing.first(opts.workdir, routed(route.workdir), self.config.workdir)
         worktree = workspace == "worktree"
-        return base.model_copy(
-            update={
-                "name": opts.name or base.name,
-                "agent": routing.first(opts.agent, route.agent) or self.config.default_agent,
-                "workdir": workdir,
-                "timeout_seconds": routing.first(timeout, route.timeout, self.config.timeout),
-                "retries": opts.retries if opts.retries is not None else self.config.retries,
-                "session": opts.session,
-                "priority": routing.first(opts.priority, route.priority) or 0,
-                "group": routing.first(opts.group, routed(route.group), routing.group_of(folders)),
-                "after": list(opts.after),
-                "retry_of": opts.retry_of,
-                "workspace": workspace,
-                "repo": workdir if worktree else None,
-                "ref": routing.first(opts.ref, routed(route.ref)) if worktree else None,
-                "branch": opts.branch if worktree else None,
-                "memory_max_bytes": spec.limit_bytes("memory_max", self.config.memory_max),
-                "output_max_bytes": spec.limit_bytes("output_max", self.config.output_max),
-                "executor": routing.first(opts.executor, route.executor) or self.config.executor,
-                "hooks": JobHooks(
-                    on_success=opts.on_success,
-                    on_failure=opts.on_failure,
-                    on_finish=opts.on_finish,
-                )
-                if (opts.on_success or opts.on_failure or opts.on_finish)
-                else None,
-            }
-        )
+        return {
+            "name": opts.name or base.name,
+            "agent": routing.first(opts.agent, route.agent) or self.config.default_agent,
+            "workdir": workdir,
+            "timeout_seconds": routing.first(timeout, route.timeout, self.config.timeout),
+            "retries": opts.retries if opts.retries is not None else self.config.retries,
+            "session": opts.session,
+            "priority": routing.first(opts.priority, route.priority) or 0,
+            "group": routing.first(opts.group, routed(route.group), routing.group_of(folders)),
+            "after": list(opts.after),
+            "retry_of": opts.retry_of,
+            "workspace": workspace,
+            "repo": workdir if worktree else None,
+            "ref": routing.first(opts.ref, routed(route.ref)) if worktree else None,
+            "branch": opts.branch if worktree else None,
+            "memory_max_bytes": spec.limit_bytes("memory_max", self.config.memory_max),
+            "output_max_bytes": spec.limit_bytes("output_max", self.config.output_max),
+            "executor": routing.first(opts.executor, route.executor) or self.config.executor,
+            "hooks": JobHooks(
+                on_success=opts.on_success,
+                on_failure=opts.on_failure,
+                on_finish=opts.on_finish,
+            )
+            if (opts.on_success or opts.on_failure or opts.on_finish)
+            else None,
+        }
 
     def reject(self, run_dir: Path, record: JobRecord, reason: Reason, detail: str) -> JobRecord:
         """End a job that cannot run: terminal record, prompt filed under processed/."""
         now = self.clock.now()
-        append_event(run_dir, "rejected", now, reason=reason, detail=detail)
+        ledger.note(run_dir, "rejected", now, reason=reason, detail=detail)
         return self.file_terminal(run_dir, record, reason, detail, now, {"finished_at": now})
 
     def file_terminal(
@@ -210,26 +212,33 @@ class Intake:
         reason: Reason,
         detail: str,
         now: datetime,
-        fields: dict[str, object],
+        fields: Mapping[str, object],
     ) -> JobRecord:
-        """The one way a job ends: terminal job.json, prompt into processed/, then hooks.
+        """End a job through store/finalize.py's terminal path, log it, run its hooks.
 
-        ``fields`` adds what the caller knows (exit code, times). Used for jobs
-        that never ran (``reject``) and for jobs that did (``Runner``).
+        ``fields`` adds what the caller knows: ``finished_at``,
+        ``duration_seconds`` and, together, ``exit_code`` and ``signal``.
         """
-        final = record.model_copy(
-            update={
-                "state": state_for(reason),
-                "reason": reason,
-                "detail": detail,
-                "processed_path": self.layout.relative(
-                    self.layout.processed_path(record.inbox_path, record.id)
-                ),
-                **fields,
-            }
+        finished = fields.get("finished_at", now)
+        duration = fields.get("duration_seconds")
+        assert isinstance(finished, datetime)
+        assert duration is None or isinstance(duration, float)
+        figures = None
+        if "exit_code" in fields or "signal" in fields:
+            code, sig = fields.get("exit_code"), fields.get("signal")
+            assert (code is None or isinstance(code, int)) and (sig is None or isinstance(sig, int))
+            figures = ExitFigures(code, sig)
+        final = file_terminal(
+            self.layout,
+            run_dir,
+            record,
+            reason,
+            detail,
+            now,
+            finished_at=finished,
+            duration_seconds=duration,
+            exit=figures,
         )
-        check_transition(record.state, final.state)
-        final = finalize(self.layout, run_dir, final, now)  # where it was filed
         log.log(
             logging.INFO if record.state is JobState.RUNNING else logging.WARNING,
             "job=%s state=%s->%s reason=%s detail=%s",

@@ -23,7 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from hopper.clock import Clock
+from hopper.core import lifecycle
 from hopper.core.hosts import HostView, pulse_stale
+from hopper.core.lifecycle import TakenOver
 from hopper.core.owner import parse_owner
 from hopper.core.record import JobRecord
 from hopper.core.recovery import Action, RunSnapshot, decide
@@ -33,6 +35,7 @@ from hopper.executors.slurm_runner import StateView, read_exit_file
 from hopper.proc import identity
 from hopper.runner import Runner
 from hopper.running import Running
+from hopper.store import ledger
 from hopper.store.claim import read_claim
 from hopper.store.finalize import move_prompt
 from hopper.store.jobfile import (
@@ -41,10 +44,8 @@ from hopper.store.jobfile import (
     JOB_FILE,
     PROMPT_FILE,
     RESOURCES_FILE,
-    append_event,
     read_exit,
     read_record,
-    write_record,
 )
 from hopper.store.saferead import UnreadableFile, read_bytes
 from hopper.store.takeover import effective_owner, try_take
@@ -314,17 +315,8 @@ def _take_over(
             return None
         if current.state != record.state or current.owner != record.owner:
             return None  # changed under us after all: leave it
-        mine = current.model_copy(update={"owner": me.owner})
-        write_record(run_dir, mine)
-        append_event(
-            run_dir,
-            "taken_over",
-            clock.now(),
-            from_host=record.host,
-            from_owner=owner_text,
-            owner=me.owner,
-            state=record.state,
-        )
+        fact = TakenOver(clock.now(), me.owner, owner_text)
+        mine = ledger.commit(run_dir, lifecycle.taken_over(current, fact))
         log.warning("job=%s taken over from dead host %s", record.id, record.host)
         return replace(snap, record=mine)
     return snap
@@ -375,7 +367,7 @@ def _apply(
     elif action is Action.COMPLETE_FINALIZE:
         assert record is not None and record.processed_path is not None
         move_prompt(runner.layout, run_dir, record.processed_path)
-        append_event(
+        ledger.note(
             run_dir,
             "finalized",
             clock.now(),

@@ -28,6 +28,8 @@ from hopper.agents.base import Agent
 from hopper.agents.registry import builtin_agents
 from hopper.clock import Clock, SystemClock
 from hopper.config import Config
+from hopper.core import lifecycle
+from hopper.core.lifecycle import PriorityChange
 from hopper.core.owner import Owner
 from hopper.core.record import JobRecord
 from hopper.core.recovery import Action
@@ -44,10 +46,11 @@ from hopper.reconcile import FiledRuns, reconcile
 from hopper.runner import Runner
 from hopper.scaleout import ScaleOut
 from hopper.sdnotify import Notifier
+from hopper.store import ledger
 from hopper.store.claim import ClaimFailed
 from hopper.store.inbox import Candidate, candidate, in_scope, is_settled, scan
 from hopper.store.inbox_events import InboxEvents, InboxObserver
-from hopper.store.jobfile import ABORT_FILE, append_event, read_record, write_record
+from hopper.store.jobfile import ABORT_FILE, read_record
 from hopper.store.known import KnownJobs
 from hopper.store.layout import Layout
 from hopper.store.markers import read_pause, take_priority_request
@@ -570,12 +573,12 @@ class Watcher:
         record = self.queued[job_id]
         now = self.clock.now()
         if isinstance(request, str):
-            append_event(run_dir, "priority_rejected", now, detail=request)
+            ledger.note(run_dir, "priority_rejected", now, detail=request)
             log.warning("job=%s priority request ignored: %s", job_id, request)
             return
-        updated = record.model_copy(update={"priority": request})
-        write_record(run_dir, updated)
-        append_event(run_dir, "priority_changed", now, old=record.priority, new=request)
+        updated = ledger.commit(
+            run_dir, lifecycle.priority_changed(record, PriorityChange(now, request))
+        )
         self.queued[job_id] = updated
         log.info("job=%s priority=%d->%d", job_id, record.priority, request)
 
@@ -607,7 +610,7 @@ class Watcher:
                 why = remove_worktree(final)
                 now = self.clock.now()
                 if why is None:
-                    append_event(
+                    ledger.note(
                         run_dir,
                         "workspace_removed",
                         now,
@@ -615,9 +618,9 @@ class Watcher:
                         branch=final.branch,
                     )
                 else:
-                    append_event(run_dir, "workspace_kept", now, path=final.workspace_path, why=why)
+                    ledger.note(run_dir, "workspace_kept", now, path=final.workspace_path, why=why)
             elif final.state in (JobState.FAILED, JobState.ABORTED):
-                append_event(
+                ledger.note(
                     run_dir,
                     "workspace_kept",
                     self.clock.now(),

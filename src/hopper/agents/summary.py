@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from hopper.agents.drive import RESULT_FILE, SUMMARY_FILE
 from hopper.agents.livestate import STATE_FILE
 from hopper.core.record import AgentState, Usage
-from hopper.store.jobfile import append_event
+from hopper.store import ledger
 from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, parse_model, read_bytes
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def read_agent_summary(run_dir: Path, now: datetime | None = None) -> dict[str, 
         log.warning("%s ignored: %s", path, exc.message)
         if now is not None:
             try:
-                append_event(run_dir, "agent_summary_ignored", now, detail=exc.message)
+                ledger.note(run_dir, "agent_summary_ignored", now, detail=exc.message)
             except OSError as err:
                 log.error("%s: cannot record that agent.json was ignored: %s", run_dir, err)
         return None
@@ -112,7 +112,7 @@ def read_job_summary(run_dir: Path, now: datetime, *, driven: bool) -> dict[str,
     why = "agent.json ignored: a bash job wrote it; only an agent's driver records one"
     log.warning("%s: %s", run_dir, why)
     try:
-        append_event(run_dir, "agent_summary_ignored", now, detail=why)
+        ledger.note(run_dir, "agent_summary_ignored", now, detail=why)
     except OSError as err:
         log.error("%s: cannot record that agent.json was ignored: %s", run_dir, err)
     return None

@@ -31,7 +31,7 @@ def temp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
 
 
-def _open_dir(path: Path, *, follow: bool) -> int:
+def open_dir(path: Path, *, follow: bool) -> int:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     return os.open(path, flags)
 
@@ -48,7 +48,7 @@ def write_atomic(
     planted at ``path`` is moved aside (see :func:`displace`).
     ``follow_parent=False``: ``path``'s directory must not be a symlink (ELOOP).
     """
-    dir_fd = _open_dir(path.parent, follow=follow_parent)
+    dir_fd = open_dir(path.parent, follow=follow_parent)
     try:
         tmp = temp_name(path).name
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
@@ -109,7 +109,7 @@ def append_line(path: Path, line: bytes) -> None:
     """
     if not line.endswith(b"\n"):
         line += b"\n"
-    dir_fd = _open_dir(path.parent, follow=False)
+    dir_fd = open_dir(path.parent, follow=False)
     try:
         fd = open_regular(path.name, dir_fd, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:

@@ -7,6 +7,9 @@ Steps and what a crash after each leaves behind:
 2. ``rename runs/<id>/prompt.md -> processed/…``       -> done; the
    "finalized" event may be missing and is appended by recovery.
 
+:func:`file_terminal` is the one way a job ends (it ran, or it never could):
+the lifecycle's terminal record, committed by the ledger, then the move.
+
 A job can reach processed/ and its own run directory, so neither is trusted.
 The move walks processed/ one directory at a time with ``O_NOFOLLOW`` and
 renames relative to those descriptors: a symlink planted at ``processed/team``
@@ -27,9 +30,13 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
+from hopper.core import lifecycle
+from hopper.core.lifecycle import Ended, ExitFigures, Filed
 from hopper.core.record import JobRecord
+from hopper.core.states import Reason
 from hopper.faults import crash_point
-from hopper.store.jobfile import PROMPT_FILE, append_event, read_record, write_record
+from hopper.store import ledger
+from hopper.store.jobfile import PROMPT_FILE, read_record
 from hopper.store.layout import PROMPT_SUFFIX, Layout
 
 MISSING_NOTE = (
@@ -46,24 +53,47 @@ class FinalizeBlocked(OSError):
     """No safe, free place under processed/ for a prompt (the message says what to check)."""
 
 
+def file_terminal(
+    layout: Layout,
+    run_dir: Path,
+    record: JobRecord,
+    reason: Reason,
+    detail: str,
+    now: datetime,
+    *,
+    finished_at: datetime | None = None,
+    duration_seconds: float | None = None,
+    exit: ExitFigures | None = None,
+) -> JobRecord:
+    """End the job: its terminal record (state from ``reason``), then its prompt
+    into processed/; the record as filed. ``exit`` None keeps the recorded exit
+    code and signal; ``finished_at`` defaults to ``now``."""
+    planned = layout.relative(layout.processed_path(record.inbox_path, record.id))
+    fact = Ended(
+        reason=reason,
+        detail=detail,
+        processed_path=planned,
+        finished_at=finished_at if finished_at is not None else now,
+        duration_seconds=duration_seconds,
+        exit=exit,
+    )
+    return finalize(layout, run_dir, lifecycle.ended(record, fact).record, now)
+
+
 def finalize(layout: Layout, run_dir: Path, record: JobRecord, now: datetime) -> JobRecord:
-    """Write the terminal ``record`` (its processed_path set), move the prompt; the
+    """Commit the terminal ``record`` (its processed_path set), move the prompt; the
     record as filed (processed_path changed if the planned place was unusable)."""
     assert record.processed_path is not None
-    write_record(run_dir, record)
-    crash_point("finalize.after_record")
+    ledger.commit(run_dir, lifecycle.Step(record), crash="finalize.after_record")
     filed = record
 
     def settle(used: str | None, note: str) -> None:
         nonlocal filed
-        filed = filed.model_copy(
-            update={"processed_path": used, "detail": (filed.detail or "") + note}
-        )
-        write_record(run_dir, filed)
+        filed = ledger.commit(run_dir, lifecycle.filed(filed, Filed(used, note)))
 
     _file(layout, run_dir, record.processed_path, settle, now)
     crash_point("finalize.after_move")
-    append_event(
+    ledger.note(
         run_dir,
         "finalized",
         now,
@@ -79,9 +109,7 @@ def move_prompt(layout: Layout, run_dir: Path, processed_rel: str) -> bool:
     safe name, recorded in job.json first); False if there was nothing to move."""
 
     def settle(used: str | None, note: str) -> None:
-        record = read_record(run_dir)
-        update = {"processed_path": used, "detail": (record.detail or "") + note}
-        write_record(run_dir, record.model_copy(update=update))
+        ledger.commit(run_dir, lifecycle.filed(read_record(run_dir), Filed(used, note)))
 
     moved = _file(layout, run_dir, processed_rel, settle, None)
     return moved is not None and os.path.lexists(layout.root / moved)
@@ -96,7 +124,7 @@ def _file(
             return rel  # moved before a crash
         settle(None, MISSING_NOTE)
         if now is not None:
-            append_event(run_dir, "prompt_missing", now, planned_path=rel)
+            ledger.note(run_dir, "prompt_missing", now, planned_path=rel)
         return None
     run_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:

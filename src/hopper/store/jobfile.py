@@ -1,4 +1,8 @@
-"""job.json, exit.json and events.jsonl: the only code that reads or writes them."""
+"""job.json, exit.json and events.jsonl: reading them, and the low-level writers.
+
+:func:`write_record` and :func:`append_event` are for store/ledger.py, the one
+writer of job state (tests/test_one_writer.py), and for tests that set up files.
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,206 @@
+"""The ledger: the one writer of job.json and events.jsonl, and where durability lives.
+
+A loop turn decides (core/lifecycle.py returns a :class:`Step` per job: the
+new record and its events); the ledger commits those steps as a batch, in
+this order, before anything acts on them:
+
+1. each record is written to a temporary file beside its job.json;
+2. each temporary file of a durable entry is fsynced;
+3. each is renamed over its job.json;
+4. each run directory touched is fsynced once (the renames are durable);
+5. a crash point, if the caller named one (faults.py: "the record is
+   durable, nothing acted on it yet");
+6. the events are appended to events.jsonl (one write(2) per line, not
+   fsynced: a lost event is noted again by recovery or is history only).
+
+A batch of one is exactly the old write-temp-fsync-replace-fsync-dir; a
+batch of many pays one fsync per file and one per directory, the group
+commit of a database. Files are reached through a descriptor of the run
+directory opened with ``O_NOFOLLOW`` and temporary files are made with
+``O_EXCL`` (store/atomic.py): a run directory swapped for a link, or a link
+planted at job.json, is refused or replaced, never written through.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from hopper.core.lifecycle import Event, Step
+from hopper.core.record import JobRecord
+from hopper.faults import crash_point
+from hopper.store.atomic import displace, open_dir, temp_name
+from hopper.store.jobfile import JOB_FILE, append_event
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One job's step to commit; ``durable=False`` skips the fsyncs (the caller says why)."""
+
+    run_dir: Path
+    step: Step
+    durable: bool = True
+
+
+@dataclass
+class Failed:
+    """An entry the batch could not commit, and why (ENOSPC, EIO, ELOOP …)."""
+
+    entry: Entry
+    error: OSError
+
+
+@dataclass
+class _Staged:
+    entry: Entry
+    dir_fd: int
+    tmp: str
+    fd: int | None = None  # the temporary file, open until it is fsynced
+    error: OSError | None = field(default=None)
+
+
+def commit(
+    run_dir: Path, step: Step, *, durable: bool = True, crash: str | None = None
+) -> JobRecord:
+    """Commit one job's step; its record. Raises the OSError that stopped it."""
+    failed = commit_batch([Entry(run_dir, step, durable)], crash=crash)
+    if failed:
+        raise failed[0].error
+    return step.record
+
+
+def commit_batch(entries: Sequence[Entry], *, crash: str | None = None) -> list[Failed]:
+    """Commit every entry (see the module docstring); those that failed, in order.
+
+    An entry that fails leaves its job.json as it was (the temporary file is
+    removed) and appends none of its events; the others are committed. A
+    failed directory fsync fails every entry of that directory: their records
+    are in place but not known to be durable, so nothing may act on them.
+    """
+    dirs: dict[str, int] = {}
+    staged: list[_Staged] = []
+    failed: list[Failed] = []
+    try:
+        for entry in entries:
+            item = _stage(entry, dirs)
+            if item.error is not None:
+                failed.append(Failed(entry, item.error))
+            else:
+                staged.append(item)
+        for item in staged:
+            _sync_file(item)
+        for item in staged:
+            if item.error is None:
+                _rename(item)
+        _sync_dirs(staged, dirs)
+        for item in staged:
+            if item.error is not None:
+                failed.append(Failed(item.entry, item.error))
+    finally:
+        for item in staged:
+            if item.fd is not None:
+                os.close(item.fd)
+        for fd in dirs.values():
+            os.close(fd)
+    if crash is not None and any(item.error is None for item in staged):
+        crash_point(crash)
+    done = [item.entry for item in staged if item.error is None]
+    for entry in done:
+        try:
+            append(entry.run_dir, entry.step.events)
+        except OSError as exc:
+            failed.append(Failed(entry, exc))
+    order = {id(e): i for i, e in enumerate(entries)}
+    return sorted(failed, key=lambda f: order[id(f.entry)])
+
+
+def append(run_dir: Path, events: Iterable[Event]) -> None:
+    """Append events to the job's events.jsonl (no record change)."""
+    for event in events:
+        append_event(run_dir, event.name, event.at, **event.fields)
+
+
+def note(run_dir: Path, name: str, at: datetime, **fields: object) -> None:
+    """Append one event that changes no record: ``{"ts": at, "event": name, **fields}``."""
+    append_event(run_dir, name, at, **fields)
+
+
+def _stage(entry: Entry, dirs: dict[str, int]) -> _Staged:
+    """Open the run directory (once per batch) and write the record to a temporary file."""
+    key = str(entry.run_dir)
+    item = _Staged(entry, -1, temp_name(entry.run_dir / JOB_FILE).name)
+    try:
+        if key not in dirs:
+            dirs[key] = open_dir(entry.run_dir, follow=False)  # a link here: ELOOP
+        item.dir_fd = dirs[key]
+        data = entry.step.record.model_dump_json(indent=2).encode() + b"\n"
+        item.fd = os.open(
+            item.tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+            0o644,
+            dir_fd=item.dir_fd,
+        )
+        view = memoryview(data)
+        while view:
+            view = view[os.write(item.fd, view) :]
+        if not entry.durable:
+            os.close(item.fd)
+            item.fd = None
+    except OSError as exc:
+        item.error = exc
+        _discard(item)
+    return item
+
+
+def _sync_file(item: _Staged) -> None:
+    if item.fd is None:
+        return
+    try:
+        os.fsync(item.fd)
+    except OSError as exc:
+        item.error = exc
+        _discard(item)
+    finally:
+        if item.fd is not None:
+            os.close(item.fd)
+            item.fd = None
+
+
+def _rename(item: _Staged) -> None:
+    try:
+        try:
+            os.replace(item.tmp, JOB_FILE, src_dir_fd=item.dir_fd, dst_dir_fd=item.dir_fd)
+        except IsADirectoryError:
+            displace(JOB_FILE, item.dir_fd)  # a directory planted at job.json: moved aside
+            os.replace(item.tmp, JOB_FILE, src_dir_fd=item.dir_fd, dst_dir_fd=item.dir_fd)
+    except OSError as exc:
+        item.error = exc
+        _discard(item)
+
+
+def _sync_dirs(staged: list[_Staged], dirs: dict[str, int]) -> None:
+    """fsync each directory with a durable, renamed record once; its entries fail with it."""
+    wanted = {str(i.entry.run_dir) for i in staged if i.error is None and i.entry.durable}
+    for key in wanted:
+        try:
+            os.fsync(dirs[key])
+        except OSError as exc:
+            for item in staged:
+                if str(item.entry.run_dir) == key and item.error is None:
+                    item.error = exc
+
+
+def _discard(item: _Staged) -> None:
+    """Remove the temporary file of an entry that failed (its job.json stays as it was)."""
+    if item.fd is not None:
+        os.close(item.fd)
+        item.fd = None
+    if item.dir_fd < 0:
+        return
+    try:
+        os.unlink(item.tmp, dir_fd=item.dir_fd)
+    except OSError:
+        pass
