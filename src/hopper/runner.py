@@ -10,7 +10,6 @@ import logging
 import os
 import signal
 import stat
-import subprocess
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -117,8 +116,8 @@ class Runner:
     intake: Intake
     clock: Clock
     running: dict[str, Running] = field(default_factory=dict)
-    _reap: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    pool: spawn.SupervisorPool | None = None  # warm supervisors, owned by the watcher
+    _reap: list[spawn.Handle] = field(default_factory=list)
+    pool: spawn.ForkServer | None = None  # forks the supervisors; owned by the watcher
     child_exited: bool = True  # set by the watcher's SIGCHLD handler
     _next_sweep: float = 0.0
     requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler

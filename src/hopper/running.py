@@ -6,18 +6,18 @@ Its own module so the Slurm executor can build one without importing the runner
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from hopper.core.record import JobRecord
+from hopper.proc.spawn import Handle
 
 
 @dataclass
 class Running:
     record: JobRecord
     run_dir: Path
-    supervisor: subprocess.Popen[bytes] | None  # None when adopted after a restart
+    supervisor: Handle | None  # None when adopted after a restart
     next_heartbeat: float = 0.0
     stop_sent: bool = False
     bad_exit: str | None = None  # why an exit.json found while it ran was not trusted

@@ -41,7 +41,7 @@ from hopper.intake import Identity, Intake
 from hopper.loopguard import is_unwritable
 from hopper.proc import identity
 from hopper.proc.openfiles import open_for_writing
-from hopper.proc.spawn import SupervisorPool
+from hopper.proc.spawn import ForkServer
 from hopper.reconcile import FiledRuns, reconcile
 from hopper.runner import Runner
 from hopper.scaleout import ScaleOut
@@ -134,8 +134,8 @@ class Watcher:
         previous = self._install_signals()
         observer = InboxObserver(self.layout.inbox, self.events)
         observer.start()
-        self.runner.pool = SupervisorPool(size=min(2, self.config.max_parallel))
-        self.runner.pool.fill()
+        self.runner.pool = ForkServer()
+        self._guarded("start-up: start the fork server", self.runner.pool.start)
         try:
             if self.degraded is None:
                 self._guarded("reconcile", self._reconcile)

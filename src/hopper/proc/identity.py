@@ -42,12 +42,15 @@ def send(pid: int, sig: int) -> bool:
     return True
 
 
+SUPERVISOR_SCRIPTS = ("supervise.py", "forkserver.py")  # a forked one shows its server's argv
+
+
 def supervisors_of(run_dir: str) -> list[psutil.Process]:
-    """Live supervisor processes serving ``run_dir`` (by argv, or by cwd if pooled)."""
+    """Live supervisor processes serving ``run_dir`` (by argv, or by cwd if forked)."""
     found = []
     for proc in psutil.process_iter(["cmdline", "cwd"]):
         cmd = proc.info["cmdline"] or []
-        if not any(part.endswith("supervise.py") for part in cmd[-2:]):
+        if not any(part.endswith(SUPERVISOR_SCRIPTS) for part in cmd[-2:]):
             continue
         if cmd[-1] == run_dir or proc.info["cwd"] == run_dir:
             found.append(proc)

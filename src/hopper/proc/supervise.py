@@ -1,8 +1,10 @@
 """The per-job supervisor: a small process that outlives the watcher.
 
-Run as ``python -I -S supervise.py RUN_DIR`` (standard library only, so it
-starts fast and does not depend on hopper's environment). The watcher talks
-to it over stdin/stdout for exactly one handshake:
+Forked per job by the fork server (proc/forkserver.py, which imported this
+module once), or run as ``python -I -S supervise.py RUN_DIR`` when there is
+no fork server; standard library only either way, so it does not depend on
+hopper's environment. The watcher talks to it over stdin/stdout (a socket
+when forked, pipes when booted) for exactly one handshake:
 
 1. watcher -> supervisor: one JSON line, the job spec
    (proc/protocol.py's ``LaunchSpec``; one that does not match it is refused
@@ -243,19 +245,37 @@ class Supervisor:
         """Every process's /proc/PID/stat fields after the command name."""
         procs: dict[int, list[bytes]] = {}
         for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
+            if name.isdigit() and (fields := _stat_fields(name)) is not None:
+                procs[int(name)] = fields
+        return procs
+
+    @staticmethod
+    def tree() -> dict[int, list[bytes]] | None:
+        """The stat fields of every process below us (zombies too), found through
+        /proc/PID/task/TID/children: O(tree) instead of O(host), which is what
+        keeps a thousand supervisors sampling cheap. None where the kernel has no
+        such file (CONFIG_PROC_CHILDREN): then :meth:`scan` it is.
+        """
+        procs: dict[int, list[bytes]] = {}
+        todo = [os.getpid()]
+        while todo:
+            pid = todo.pop()
             try:
-                fd = os.open(f"/proc/{name}/stat", os.O_RDONLY | os.O_CLOEXEC)
+                tids = os.listdir(f"/proc/{pid}/task")
             except OSError:
-                continue
-            try:
-                stat = os.read(fd, 4096)
-            except OSError:
-                continue
-            finally:
-                os.close(fd)
-            procs[int(name)] = stat[stat.rfind(b")") + 2 :].split()
+                continue  # exited meanwhile
+            for tid in tids:
+                try:
+                    children = _read(f"/proc/{pid}/task/{tid}/children", whole=True).split()
+                except OSError:
+                    if not procs and pid == os.getpid():
+                        return None  # our own: the kernel does not offer the file
+                    continue
+                for child in children:
+                    fields = _stat_fields(child.decode())
+                    if fields is not None and int(child) not in procs:
+                        procs[int(child)] = fields
+                        todo.append(int(child))
         return procs
 
     @staticmethod
@@ -286,10 +306,12 @@ class Supervisor:
         orphan, so its RUSAGE_CHILDREN covers what the live tree no longer
         shows. Zombies still hold their own times, so they count until reaped.
         """
-        procs = self.scan()
+        procs = self.tree()
+        if procs is None:
+            procs = self.scan()
+            procs = {pid: procs[pid] for pid in self.below(procs, zombies=True)}
         ticks = rss_pages = live = 0
-        for pid in self.below(procs, zombies=True):
-            fields = procs[pid]
+        for fields in procs.values():
             try:
                 ticks += sum(int(fields[i]) for i in (_UTIME, _STIME, _CUTIME, _CSTIME))
                 if fields[_STATE] != b"Z":
@@ -645,30 +667,78 @@ class Supervisor:
         os.fsync(self.dir_fd)
 
 
+def _read(path: str, whole: bool = False) -> bytes:
+    """A /proc file: one read (a stat line fits), or with ``whole`` until EOF."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = os.read(fd, 4096)
+        while whole and data and (more := os.read(fd, 65536)):
+            data += more
+        return data
+    finally:
+        os.close(fd)
+
+
+def _stat_fields(pid: str) -> list[bytes] | None:
+    """/proc/PID/stat's fields after the command name; None if the process is gone."""
+    try:
+        stat = _read(f"/proc/{pid}/stat")
+    except OSError:
+        return None
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
 def _earliest(*deadlines: float | None) -> float | None:
     present = [d for d in deadlines if d is not None]
     return min(present) if present else None
 
 
+_libc: ctypes.CDLL | None = None
+
+
+def warm() -> None:
+    """Load what every supervisor needs, once: the fork server calls this before forking."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+
+
 def _become_subreaper() -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    warm()
+    assert _libc is not None
+    if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
 
 
 def main(argv: list[str]) -> int:
+    """Booted as ``supervise.py RUN_DIR``: the spec is the first line of stdin."""
     signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
     line = sys.stdin.readline()
     if not line:
-        return 0  # a pooled supervisor whose watcher went away before using it
+        return 0  # the watcher went away before sending a spec
+    return serve(parse(line), argv[1] if len(argv) > 1 else None)
+
+
+def parse(line: str | bytes) -> LaunchSpec | ProtocolError:
+    """The spec, or what is wrong with it (the fork server parses before it forks)."""
     try:
-        spec = LaunchSpec.from_json(line)
+        return LaunchSpec.from_json(line)
     except ProtocolError as exc:
-        sys.stderr.write(f"hopper supervisor: {exc}\n")
+        return exc
+
+
+def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) -> int:
+    """Supervise the job of ``spec``; stdin/stdout carry the rest of the handshake."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
+    if isinstance(spec, ProtocolError):
+        sys.stderr.write(f"hopper supervisor: {spec}\n")
         return 2  # the watcher sees the handshake broken (no pid line)
-    # A pooled supervisor learns its run directory with the spec; it then
+    # A forked supervisor learns its run directory with the spec; it then
     # moves into it, which is how a restarted watcher finds it (its cwd).
-    run_dir = spec.run_dir or argv[1]
+    run_dir = spec.run_dir or default_run_dir
+    if run_dir is None:
+        sys.stderr.write("hopper supervisor: the launch spec names no run_dir\n")
+        return 2
     os.chdir(run_dir)
     sup = Supervisor(run_dir, spec)
     _become_subreaper()

@@ -1,0 +1,196 @@
+"""The fork server: one warm process that forks a fresh supervisor per job.
+
+Run by the watcher (proc/spawn.py's :class:`~hopper.proc.spawn.ForkServer`)
+as ``python -I -S forkserver.py FD``: standard library only, by path, like
+supervise.py, whose code it imports once at start. A job's supervisor is then
+a ``fork`` of this small, single-threaded process instead of a new interpreter
+(the pattern of multiprocessing's forkserver and Android's zygote): no boot,
+and most of its memory stays shared with the server, copy-on-write
+(``gc.freeze`` before each fork keeps the collector from touching the
+inherited objects, so their pages are not copied).
+
+FD is the server's end of a ``SOCK_SEQPACKET`` socket pair; one datagram per
+message:
+
+- watcher -> server: ``fork`` with one descriptor attached (SCM_RIGHTS), the
+  job's channel, on which the watcher then writes the job's spec line. The
+  server reads and parses the spec itself (so the child inherits the parsed
+  spec instead of paying for the parse in pages of its own), then forks. The
+  child calls ``setsid``, puts the channel on its stdin and stdout and runs
+  :func:`supervise.serve`: from there on it is exactly the supervisor of
+  supervise.py (the same handshake over the channel, the same exit.json), and
+  it outlives both this server and the watcher.
+- server -> watcher: ``pid N`` (the supervisor forked for the oldest
+  request) or ``error TEXT`` (the fork failed), one per request, in order;
+  and ``exit N STATUS`` once supervisor N has exited and been reaped (STATUS
+  is the raw wait status). After each reaping round the server also sends its
+  parent, the watcher, a SIGCHLD: the watcher's loop wakes for it exactly as
+  it did when each supervisor was its own child.
+- EOF (the watcher closed its end or died): the server exits. Supervisors it
+  forked keep running; orphaned, they are reaped by init (or the nearest
+  subreaper), and a watcher finds them again by pid and start time.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import select
+import signal
+import socket
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hopper.proc.protocol import LaunchSpec, ProtocolError
+if TYPE_CHECKING or __package__:
+    from hopper.proc import supervise
+else:  # run by path under -I -S: hopper is not importable, the supervisor is a sibling
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import supervise
+
+MAX_MESSAGE = 64  # bytes of a request; a larger one is not ours
+MAX_FDS = 4  # descriptors accepted with one request (one is used; extras are closed)
+
+
+class Server:
+    def __init__(self, ctrl: socket.socket) -> None:
+        self.ctrl = ctrl
+        self.watcher = os.getppid()
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    def serve(self) -> int:
+        """Answer fork requests and report exits until the watcher goes away."""
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # the wakeup fd wakes select
+        signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
+        supervise.warm()  # what every child would load on its own, loaded once here
+        while True:
+            ready, _, _ = select.select([self.ctrl.fileno(), self.wake_r], [], [])
+            if self.wake_r in ready:
+                self._drain_wakeups()
+                if not self.reap():
+                    return 0
+            if self.ctrl.fileno() in ready and not self.request():
+                return 0
+
+    def _drain_wakeups(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def request(self) -> bool:
+        """One request from the watcher; False once it has gone (EOF)."""
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(self.ctrl, MAX_MESSAGE, MAX_FDS)
+        except ConnectionError:
+            return False
+        if not msg:
+            for fd in fds:
+                os.close(fd)
+            return False
+        if msg != b"fork" or len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            return self.send(b"error the fork server got a malformed request")
+        line = _read_line(fds[0])
+        if not line:
+            os.close(fds[0])
+            return self.send(b"error the watcher sent no job spec")
+        spec = supervise.parse(line)  # a bad one is refused by the child, as when booted
+        return self.fork(fds[0], spec)
+
+    def fork(self, channel: int, spec: LaunchSpec | ProtocolError) -> bool:
+        gc.freeze()  # what exists now is shared with the child; the collector leaves it alone
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(channel)
+            return self.send(f"error cannot fork a supervisor: {exc.strerror}".encode())
+        if pid == 0:
+            self.child(channel, spec)  # never returns
+        os.close(channel)  # the child holds it now: its EOF must mean the watcher went away
+        return self.send(b"pid %d" % pid)
+
+    def child(self, channel: int, spec: LaunchSpec | ProtocolError) -> None:
+        """In the forked child: become a supervisor of our own; never returns."""
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            self.ctrl.close()
+            gc.enable()
+            os.setsid()  # out of the server's session: it and the watcher may die
+            os.dup2(channel, 0)
+            os.dup2(channel, 1)
+            os.close(channel)
+            code = supervise.serve(spec)
+        except BaseException:  # the child must never return into the server's loop
+            sys.excepthook(*sys.exc_info())
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+
+    def reap(self) -> bool:
+        """Report every supervisor that exited; wake the watcher. False once it has gone."""
+        reaped = False
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            reaped = True
+            if not self.send(b"exit %d %d" % (pid, status)):
+                return False
+        if reaped and os.getppid() == self.watcher:
+            try:
+                os.kill(self.watcher, signal.SIGCHLD)
+            except ProcessLookupError:
+                pass
+        return True
+
+    def send(self, msg: bytes) -> bool:
+        try:
+            self.ctrl.send(msg)
+        except OSError:
+            return False  # the watcher has gone
+        return True
+
+
+def _read_line(fd: int) -> bytes:
+    """The spec line the watcher writes right after its request (b"" at EOF)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except OSError:
+            return b""
+        if not chunk:
+            return b""
+        data += chunk
+    return data
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or not argv[1].isdigit():
+        sys.stderr.write("usage: forkserver.py FD (started by the hopper watcher, not by hand)\n")
+        return 2
+    try:
+        ctrl = socket.socket(fileno=int(argv[1]))
+    except OSError as exc:
+        sys.stderr.write(f"hopper fork server: descriptor {argv[1]} is not a socket: {exc}\n")
+        return 2
+    ctrl.setblocking(True)
+    return Server(ctrl).serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

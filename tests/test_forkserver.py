@@ -1,0 +1,258 @@
+"""Supervisors forked by the fork server (proc/forkserver.py) and its client (proc/spawn.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import Watchers, bash, drop, wait_for
+from hopper.core.record import JobRecord
+from hopper.core.states import JobState
+from hopper.proc import identity, spawn
+from hopper.store.jobfile import read_record
+from hopper.store.layout import Layout
+
+
+def _spec(run_dir: Path, script: str) -> spawn.LaunchSpec:
+    return spawn.LaunchSpec(
+        argv=["sh", "-c", script],
+        cwd=str(run_dir),
+        env={"PATH": os.environ["PATH"]},
+        log=str(run_dir / "job.log"),
+        grace=0.5,
+    )
+
+
+def _gated(gate: Path, code: int) -> str:
+    return f"while [ ! -e {gate} ]; do sleep 0.02; done; exit {code}"
+
+
+def _start(server: spawn.ForkServer | None, run_dir: Path, script: str) -> spawn.Supervisor:
+    run_dir.mkdir(exist_ok=True)
+    proc = spawn.launch(run_dir, _spec(run_dir, script), server)
+    spawn.read_pid(proc)
+    spawn.release(proc)
+    return proc
+
+
+def _exit(run_dir: Path) -> dict[str, object]:
+    data: dict[str, object] = json.loads((run_dir / "exit.json").read_text())
+    return data
+
+
+@pytest.fixture
+def server() -> Iterator[spawn.ForkServer]:
+    srv = spawn.ForkServer()
+    srv.start()
+    yield srv
+    srv.close()
+
+
+def test_a_forked_supervisor_runs_its_job_in_a_session_of_its_own(
+    server: spawn.ForkServer, tmp_path: Path
+) -> None:
+    proc = _start(server, tmp_path / "run", "echo hello; exit 3")
+    assert isinstance(proc, spawn.Forked)
+    sup = psutil.Process(proc.pid)
+    assert sup.ppid() == server.pid  # not booted: forked by the server
+    assert os.getsid(proc.pid) == proc.pid  # setsid: it outlives the server and the watcher
+    assert proc.wait(timeout=30) == 0
+    record = _exit(tmp_path / "run")
+    assert (record["started"], record["exit_code"], record["supervisor_pid"]) == (True, 3, proc.pid)
+    assert (tmp_path / "run" / "job.log").read_text() == "hello\n"
+
+
+def test_the_fork_server_wakes_the_watcher_with_sigchld(
+    server: spawn.ForkServer, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    proc = _start(server, tmp_path / "run", _gated(gate, 0))
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+    try:
+        while signal.sigtimedwait({signal.SIGCHLD}, 0) is not None:
+            pass  # anything pending from before
+        gate.touch()
+        info = signal.sigtimedwait({signal.SIGCHLD}, 30)
+        assert info is not None and info.si_pid == server.pid
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    assert proc.wait(timeout=30) == 0
+
+
+def test_supervisors_outlive_a_killed_fork_server_which_the_next_start_replaces(
+    server: spawn.ForkServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate = tmp_path / "gate"
+    first = _start(server, tmp_path / "a", _gated(gate, 4))
+    old_server = server.pid
+    assert old_server is not None
+    os.kill(old_server, signal.SIGKILL)
+    psutil.Process(old_server).wait(timeout=10)
+    assert first.poll() is None  # its supervisor and job run on
+    caplog.set_level(logging.WARNING, logger="hopper.proc.spawn")
+    second = _start(server, tmp_path / "b", "exit 5")
+    assert isinstance(second, spawn.Forked)
+    assert server.pid not in (None, old_server)
+    assert "starting a new one" in caplog.text
+    assert second.wait(timeout=30) == 0
+    assert _exit(tmp_path / "b")["exit_code"] == 5
+    assert first.poll() is None
+    gate.touch()
+    first.wait(timeout=30)  # an orphan now: known gone by pid and start time
+    assert _exit(tmp_path / "a")["exit_code"] == 4
+
+
+def test_a_fork_server_that_does_not_answer_is_replaced(
+    server: spawn.ForkServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spawn, "REPLY_TIMEOUT", 1.0)
+    stuck = server.pid
+    assert stuck is not None
+    os.kill(stuck, signal.SIGSTOP)
+    proc = _start(server, tmp_path / "run", "exit 0")
+    assert isinstance(proc, spawn.Forked) and server.pid != stuck
+    assert not psutil.pid_exists(stuck) or psutil.Process(stuck).status() == psutil.STATUS_ZOMBIE
+    assert proc.wait(timeout=30) == 0
+
+
+def _fake_server(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "fake_forkserver.py"
+    script.write_text(
+        "import socket, sys\n"
+        "ctrl = socket.socket(fileno=int(sys.argv[1]))\n"
+        "while True:\n"
+        "    msg, fds, _, _ = socket.recv_fds(ctrl, 64, 4)\n"
+        "    if not msg:\n"
+        "        sys.exit(0)\n" + body
+    )
+    return script
+
+
+def test_a_fork_server_that_breaks_the_protocol_is_replaced_then_supervisors_booted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(spawn, "FORKSERVER_SCRIPT", _fake_server(tmp_path, "    ctrl.send(b'?')\n"))
+    caplog.set_level(logging.WARNING, logger="hopper.proc.spawn")
+    srv = spawn.ForkServer()
+    try:
+        proc = _start(srv, tmp_path / "run", "exit 6")
+        assert not isinstance(proc, spawn.Forked)  # booted, as without a fork server
+        assert proc.wait(timeout=30) == 0
+        assert _exit(tmp_path / "run")["exit_code"] == 6
+        assert "which is not a report" in caplog.text
+        assert "failed twice" in caplog.text and "booting a supervisor instead" in caplog.text
+    finally:
+        srv.close()
+
+
+def test_a_fork_error_is_reported_and_the_supervisor_booted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = "    ctrl.send(b'error cannot fork a supervisor: Resource temporarily unavailable')\n"
+    monkeypatch.setattr(spawn, "FORKSERVER_SCRIPT", _fake_server(tmp_path, body))
+    caplog.set_level(logging.WARNING, logger="hopper.proc.spawn")
+    srv = spawn.ForkServer()
+    try:
+        with pytest.raises(spawn.SpawnFailed, match="Resource temporarily unavailable"):
+            srv.fork(b"{}\n")
+        proc = _start(srv, tmp_path / "run", "exit 0")
+        assert not isinstance(proc, spawn.Forked)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        srv.close()
+
+
+def test_a_fork_server_that_cannot_start_leaves_starts_to_booted_supervisors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(spawn, "FORKSERVER_SCRIPT", tmp_path / "missing.py")
+    srv = spawn.ForkServer()
+    try:
+        proc = _start(srv, tmp_path / "run", "exit 0")
+        assert not isinstance(proc, spawn.Forked)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        srv.close()
+
+
+def test_a_bad_spec_is_refused_by_the_forked_supervisor(capfd: pytest.CaptureFixture[str]) -> None:
+    server = spawn.ForkServer()  # started here: its stderr is the captured one
+    try:
+        proc = server.fork(b'{"argv": "not a list"}\n')
+        with pytest.raises(spawn.SpawnFailed, match="broke the handshake"):
+            spawn.read_pid(proc)
+        assert proc.wait(timeout=10) in (2, -signal.SIGKILL)  # it exits 2; read_pid also kills
+    finally:
+        server.close()
+    assert "'argv' must be a list of strings" in capfd.readouterr().err
+
+
+def test_closing_the_fork_server_leaves_its_supervisors_running(
+    server: spawn.ForkServer, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    proc = _start(server, tmp_path / "run", _gated(gate, 0))
+    old = server.pid
+    assert old is not None
+    server.close()
+    assert not psutil.pid_exists(old)
+    assert proc.poll() is None
+    gate.touch()
+    proc.wait(timeout=30)
+    assert _exit(tmp_path / "run")["started"] is True
+
+
+def test_an_unreleased_forked_supervisor_is_found_by_its_run_dir_and_abandoned(
+    server: spawn.ForkServer, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    proc = spawn.launch(run_dir, _spec(run_dir, "exit 0"), server)
+    spawn.read_pid(proc)
+    # (the gated job, a fork of its supervisor not yet exec'd, matches as well)
+    assert proc.pid in [p.pid for p in identity.supervisors_of(str(run_dir))]
+    spawn.abandon(proc)
+    assert _exit(run_dir)["started"] is False
+
+
+def _fork_server_of(watcher: int) -> psutil.Process | None:
+    for child in psutil.Process(watcher).children():
+        if any(part.endswith("forkserver.py") for part in child.cmdline()):
+            return child
+    return None
+
+
+def test_the_watcher_replaces_a_dead_fork_server_and_its_running_jobs_go_on(
+    layout: Layout, watchers: Watchers
+) -> None:
+    gate = layout.root / "gate"
+    drop(layout, "long", bash(_gated(gate, 0)))
+    watcher = watchers.start()
+
+    def records() -> dict[str, JobRecord]:
+        out = {}
+        for d in layout.runs.iterdir():
+            if not d.name.startswith(".") and (d / "job.json").exists():
+                rec = read_record(d)
+                out[rec.name] = rec
+        return out
+
+    wait_for(lambda: getattr(records().get("long"), "state", None) is JobState.RUNNING)
+    first = _fork_server_of(watcher.pid)
+    assert first is not None
+    assert psutil.Process(records()["long"].supervisor_pid).ppid() == first.pid
+    first.kill()
+    drop(layout, "next", bash("echo next"))
+    wait_for(lambda: getattr(records().get("next"), "state", None) is JobState.SUCCEEDED)
+    second = _fork_server_of(watcher.pid)
+    assert second is not None and second.pid != first.pid
+    assert records()["long"].state is JobState.RUNNING
+    gate.touch()
+    wait_for(lambda: getattr(records().get("long"), "state", None) is JobState.SUCCEEDED)
