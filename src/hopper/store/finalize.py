@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -67,24 +67,60 @@ def file_terminal(
 ) -> JobRecord:
     """End the job: its terminal record (state from ``reason``), then its prompt
     into processed/; the record as filed. ``exit`` None keeps the recorded exit
-    code and signal; ``finished_at`` defaults to ``now``."""
+    code and signal; ``finished_at`` defaults to ``now``. Raises what stopped it."""
+    fact = ending(layout, record, reason, detail, finished_at or now, duration_seconds, exit)
+    (result,) = file_terminals(layout, [(run_dir, record, fact)], now)
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def ending(
+    layout: Layout,
+    record: JobRecord,
+    reason: Reason,
+    detail: str,
+    finished_at: datetime,
+    duration_seconds: float | None = None,
+    exit: ExitFigures | None = None,
+) -> Ended:
+    """The lifecycle's terminal fact for ``record``, its prompt planned under processed/."""
     planned = layout.relative(layout.processed_path(record.inbox_path, record.id))
-    fact = Ended(
-        reason=reason,
-        detail=detail,
-        processed_path=planned,
-        finished_at=finished_at if finished_at is not None else now,
-        duration_seconds=duration_seconds,
-        exit=exit,
-    )
-    return finalize(layout, run_dir, lifecycle.ended(record, fact).record, now)
+    return Ended(reason, detail, planned, finished_at, duration_seconds, exit)
 
 
-def finalize(layout: Layout, run_dir: Path, record: JobRecord, now: datetime) -> JobRecord:
-    """Commit the terminal ``record`` (its processed_path set), move the prompt; the
-    record as filed (processed_path changed if the planned place was unusable)."""
+def file_terminals(
+    layout: Layout, endings: Sequence[tuple[Path, JobRecord, Ended]], now: datetime
+) -> list[JobRecord | OSError]:
+    """End many jobs with one group commit: every terminal record is written and
+    made durable together (store/ledger.py), then each prompt is moved. Per job,
+    in order: the record as filed, or the OSError that stopped it (its job.json
+    unchanged if the commit failed; terminal, prompt unmoved, if the move did:
+    recovery completes that)."""
+    entries = [
+        ledger.Entry(run_dir, lifecycle.ended(record, fact)) for run_dir, record, fact in endings
+    ]
+    failed = {id(f.entry): f.error for f in ledger.commit_batch(entries, crash=_AFTER_RECORD)}
+    results: list[JobRecord | OSError] = []
+    for entry in entries:
+        error = failed.get(id(entry))
+        if error is None:
+            try:
+                results.append(_move(layout, entry.run_dir, entry.step.record, now))
+                continue
+            except OSError as exc:
+                error = exc
+        results.append(error)
+    return results
+
+
+_AFTER_RECORD = "finalize.after_record"
+
+
+def _move(layout: Layout, run_dir: Path, record: JobRecord, now: datetime) -> JobRecord:
+    """Move the prompt of a committed terminal ``record``; the record as filed
+    (processed_path changed if the planned place was unusable)."""
     assert record.processed_path is not None
-    ledger.commit(run_dir, lifecycle.Step(record), crash="finalize.after_record")
     filed = record
 
     def settle(used: str | None, note: str) -> None:

@@ -1,0 +1,109 @@
+"""store/finalize.py's terminal path: one group commit for many endings, then each move."""
+
+from __future__ import annotations
+
+import os
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from hopper.core.lifecycle import ExitFigures
+from hopper.core.record import JobRecord
+from hopper.core.states import IllegalTransition, JobState, Reason
+from hopper.store import finalize, ledger
+from hopper.store.finalize import ending, file_terminal, file_terminals
+from hopper.store.jobfile import read_events, read_record, write_record
+from hopper.store.layout import Layout
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def running_job(layout: Layout, n: int) -> tuple[Path, JobRecord]:
+    job_id = f"20261123-120000-000-job-000{n}"
+    record = JobRecord(
+        id=job_id,
+        name=f"job{n}",
+        state=JobState.RUNNING,
+        agent="bash",
+        host="h1",
+        inbox_path=f"inbox/team/job{n}.prompt.md",
+        created_at=NOW,
+        started_at=NOW,
+    )
+    run_dir = layout.run_dir(job_id)
+    run_dir.mkdir(parents=True)
+    (run_dir / "prompt.md").write_text(f"echo {n}\n")
+    write_record(run_dir, record, durable=False)
+    return run_dir, record
+
+
+def test_many_endings_are_committed_together_then_filed(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs = [running_job(layout, n) for n in range(3)]
+    order: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        order.append("fsync-dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync-file")
+        real_fsync(fd)
+
+    monkeypatch.setattr(ledger.os, "fsync", fsync)
+    monkeypatch.setattr(finalize, "crash_point", order.append)
+    endings = [
+        (
+            run_dir,
+            rec,
+            ending(layout, rec, Reason.COMPLETED, "exit 0", NOW, 1.0, ExitFigures(0, None)),
+        )
+        for run_dir, rec in jobs
+    ]
+    results = file_terminals(layout, endings, NOW)
+    # one batch: every file, then every directory, then the moves
+    assert order == ["fsync-file"] * 3 + ["fsync-dir"] * 3 + ["finalize.after_move"] * 3
+    for (run_dir, rec), filed in zip(jobs, results, strict=True):
+        assert isinstance(filed, JobRecord)
+        assert (filed.state, filed.exit_code, filed.duration_seconds) == (
+            JobState.SUCCEEDED,
+            0,
+            1.0,
+        )
+        assert filed.processed_path == f"processed/team/{rec.name}.{rec.id}.prompt.md"
+        assert read_record(run_dir) == filed
+        assert (layout.root / filed.processed_path).read_text().startswith("echo")
+        assert [e["event"] for e in read_events(run_dir)] == ["finalized"]
+
+
+def test_one_ending_that_fails_leaves_the_others_filed(layout: Layout) -> None:
+    (ok_dir, ok), (bad_dir, bad) = running_job(layout, 1), running_job(layout, 2)
+    target = layout.root / "elsewhere"
+    target.mkdir()
+    bad_dir.rename(layout.root / "moved")
+    bad_dir.symlink_to(target)  # its run directory swapped for a link
+    endings = [
+        (d, r, ending(layout, r, Reason.LOST, "gone", NOW))
+        for d, r in ((bad_dir, bad), (ok_dir, ok))
+    ]
+    failed, filed = file_terminals(layout, endings, NOW)
+    assert isinstance(failed, OSError)
+    assert os.listdir(target) == []
+    assert isinstance(filed, JobRecord) and filed.state is JobState.FAILED
+    assert not (ok_dir / "prompt.md").exists()
+
+
+def test_file_terminal_raises_what_stopped_it_and_refuses_an_illegal_ending(
+    layout: Layout,
+) -> None:
+    run_dir, rec = running_job(layout, 1)
+    done = file_terminal(layout, run_dir, rec, Reason.ABORTED, "aborted", NOW)
+    assert (done.state, done.finished_at) == (JobState.ABORTED, NOW)
+    with pytest.raises(IllegalTransition, match="aborted -> failed"):
+        file_terminal(layout, run_dir, done, Reason.LOST, "again", NOW)
+    other_dir, other = running_job(layout, 2)
+    for name in os.listdir(other_dir):
+        os.unlink(other_dir / name)
+    other_dir.rmdir()
+    with pytest.raises(FileNotFoundError):
+        file_terminal(layout, other_dir, other, Reason.LOST, "gone", NOW)
