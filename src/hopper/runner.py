@@ -14,34 +14,29 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from hopper import workspace
-from hopper.agents.base import JobContext, Preparation
-from hopper.agents.registry import driven, lookup
+from hopper import prepare
+from hopper.agents.registry import driven
 from hopper.agents.summary import read_job_summary, read_live_state, record_fields
 from hopper.clock import Clock
 from hopper.config import Config
-from hopper.core import prompt as prompts
 from hopper.core.agent_outcome import final_reason
 from hopper.core.outcome import classify
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.retry import backoff, should_retry
 from hopper.core.states import JobState, Reason, check_transition
-from hopper.core.templates import template_values
 from hopper.errors import JobFileCorrupt
 from hopper.executors.slurm import EXIT_STATUS_FILE as SLURM_EXIT_FILE
 from hopper.executors.slurm_runner import SlurmJobs
 from hopper.faults import crash_point
-from hopper.intake import Intake, read_prompt
+from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
 from hopper.proc import identity, spawn, treekill
 from hopper.running import Running
-from hopper.store.atomic import write_atomic
 from hopper.store.jobfile import (
     ABORT_FILE,
     EXIT_FILE,
     LOG_FILE,
-    PROMPT_FILE,
     append_event,
     read_exit,
     read_resources,
@@ -63,28 +58,7 @@ NOT_STARTED: dict[str, object] = {
     "slurm_job_id": None,
 }
 
-WORK_DIR = "work"  # the default working directory, inside the run directory
 SWEEP_INTERVAL = 0.5  # seconds between checks of ABORT markers and adopted supervisors
-
-# The service manager's variables are for the watcher, not its jobs: a job that
-# inherited NOTIFY_SOCKET could report READY or ping the watchdog in our name.
-SERVICE_ONLY_ENV = frozenset(
-    {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "INVOCATION_ID"}
-)
-
-
-def scratch_dir(run_dir: Path) -> Path:
-    """``runs/<id>/work/``: a job's working directory unless it names one.
-
-    Not the run directory itself, where hopper's records live: a job that
-    tidies its working directory (``rm -f *.md``) cannot remove prompt.md.
-    Whatever a job planted at the name (a link) is replaced, never followed.
-    """
-    work = run_dir / WORK_DIR
-    if work.is_symlink() or (work.exists() and not work.is_dir()):
-        work.unlink()
-    work.mkdir(exist_ok=True)
-    return work
 
 
 def _not_a_directory(path: Path) -> bool:
@@ -133,29 +107,18 @@ class Runner:
     def start(self, record: JobRecord) -> None:
         run_dir = self.layout.run_dir(record.id)
         try:
-            record = self._workspace(record)
+            record = prepare.with_workspace(self.layout, record)
         except WorkspaceFailed as exc:
             self.intake.reject(
                 run_dir, record, Reason.WORKSPACE_FAILED, f"{record.inbox_path}: {exc}"
             )
             return
         try:
-            prep, workdir, job_env = self._prepare(record, run_dir)
+            ready = prepare.prepare(self.layout, self.config, self.intake.agents, record, run_dir)
         except BadPrompt as exc:
             self.intake.reject(run_dir, record, Reason.BAD_PROMPT, exc.describe(record.inbox_path))
             return
-        env = {
-            **{k: v for k, v in os.environ.items() if k not in SERVICE_ONLY_ENV},
-            **self.config.env,
-            **prep.env,
-            **job_env,  # front matter `env`: never written to job.json, events or logs
-            "HOPPER_JOB_ID": record.id,
-            # How recovery finds the job's processes once its supervisor is gone.
-            treekill.JOB_TOKEN_ENV: treekill.job_token(record.id),
-            "HOPPER_RUN_DIR": str(run_dir),
-            "HOPPER_ROOT": str(self.layout.root),
-            **({"HOPPER_BRANCH": record.branch} if record.branch else {}),
-        }
+        prep, workdir, env = ready.prep, ready.workdir, ready.env
         if record.executor == "slurm":
             self.slurm.start(record, run_dir, prep, workdir, env)
             return
@@ -222,52 +185,6 @@ class Runner:
                 **fields,
             }
         )
-
-    def _prepare(
-        self, record: JobRecord, run_dir: Path
-    ) -> tuple[Preparation, Path, dict[str, str]]:
-        """The agent's preparation, the working directory, and the prompt's own ``env``."""
-        spec = prompts.parse(read_prompt(run_dir / PROMPT_FILE, self.config.max_prompt_bytes))
-        workdir = self._workdir(record, run_dir)
-        agent = lookup(self.intake.agents, record.agent)
-        values = template_values(record, workdir)
-        prep = agent.prepare(JobContext(record.id, record.name, run_dir, workdir, spec, values))
-        for name, content in prep.files.items():
-            write_atomic(run_dir / name, content.encode(), durable=False)
-        return prep, workdir, dict(spec.options.env)
-
-    def _workspace(self, record: JobRecord) -> JobRecord:
-        """Make the folder or worktree (a retry reuses it); its paths go into the record."""
-        ws = workspace.prepare(self.layout, record)
-        if ws is None:
-            return record
-        return record.model_copy(
-            update={
-                "workspace_path": str(ws.path),
-                "branch": ws.branch,
-                "ref": ws.ref,
-                "repo": str(ws.repo) if ws.repo else record.repo,
-            }
-        )
-
-    @staticmethod
-    def _workdir(record: JobRecord, run_dir: Path) -> Path:
-        if record.workspace_path:
-            return Path(record.workspace_path)
-        if not record.workdir:
-            return scratch_dir(run_dir)
-        raw = record.workdir
-        if not (raw.startswith("/") or raw.startswith("~")):
-            raise BadPrompt(
-                f"workdir {raw!r} is relative", hint="give an absolute path or one starting with ~"
-            )
-        path = Path(os.path.expanduser(raw))
-        if not path.is_dir():
-            raise BadPrompt(
-                f"workdir {raw!r} does not exist or is not a directory",
-                hint="create it, or fix the workdir key",
-            )
-        return path
 
     # -- adopt ------------------------------------------------------------------
     def adopt(self, record: JobRecord) -> None:

@@ -1,0 +1,153 @@
+"""Getting a queued job ready to start: workspace, working directory, agent, environment.
+
+What every executor needs before it launches anything, and nothing about how
+it launches: the folder or worktree (``workspace.py``), the working
+directory, the agent adapter's argv and files, and the job's environment.
+Raises :class:`WorkspaceFailed` or :class:`BadPrompt`; the caller files the
+job as failed with that reason.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from hopper import workspace
+from hopper.agents.base import Agent, JobContext, Preparation
+from hopper.agents.registry import lookup
+from hopper.config import Config
+from hopper.core import prompt as prompts
+from hopper.core.prompt import BadPrompt
+from hopper.core.record import JobRecord
+from hopper.core.templates import template_values
+from hopper.intake import read_prompt
+from hopper.proc import treekill
+from hopper.store.atomic import write_atomic
+from hopper.store.jobfile import PROMPT_FILE
+from hopper.store.layout import Layout
+
+WORK_DIR = "work"  # the default working directory, inside the run directory
+
+# The service manager's variables are for the watcher, not its jobs: a job that
+# inherited NOTIFY_SOCKET could report READY or ping the watchdog in our name.
+SERVICE_ONLY_ENV = frozenset(
+    {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "INVOCATION_ID"}
+)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A job ready to launch: how to run it, where, and with what environment."""
+
+    prep: Preparation
+    workdir: Path
+    env: dict[str, str]  # the whole environment; holds secrets: never write or log it
+
+
+def scratch_dir(run_dir: Path) -> Path:
+    """``runs/<id>/work/``: a job's working directory unless it names one.
+
+    Not the run directory itself, where hopper's records live: a job that
+    tidies its working directory (``rm -f *.md``) cannot remove prompt.md.
+    Whatever a job planted at the name (a link) is replaced, never followed.
+    """
+    work = run_dir / WORK_DIR
+    if work.is_symlink() or (work.exists() and not work.is_dir()):
+        work.unlink()
+    work.mkdir(exist_ok=True)
+    return work
+
+
+def with_workspace(layout: Layout, record: JobRecord) -> JobRecord:
+    """Make the folder or worktree (a retry reuses it); its paths go into the record.
+
+    Raises :class:`hopper.workspace.WorkspaceFailed`.
+    """
+    ws = workspace.prepare(layout, record)
+    if ws is None:
+        return record
+    return record.model_copy(
+        update={
+            "workspace_path": str(ws.path),
+            "branch": ws.branch,
+            "ref": ws.ref,
+            "repo": str(ws.repo) if ws.repo else record.repo,
+        }
+    )
+
+
+def workdir_of(record: JobRecord, run_dir: Path) -> Path:
+    """The job's working directory: its workspace, its ``workdir``, or ``runs/<id>/work/``.
+
+    Raises :class:`BadPrompt` for a relative or missing ``workdir``.
+    """
+    if record.workspace_path:
+        return Path(record.workspace_path)
+    if not record.workdir:
+        return scratch_dir(run_dir)
+    raw = record.workdir
+    if not (raw.startswith("/") or raw.startswith("~")):
+        raise BadPrompt(
+            f"workdir {raw!r} is relative", hint="give an absolute path or one starting with ~"
+        )
+    path = Path(os.path.expanduser(raw))
+    if not path.is_dir():
+        raise BadPrompt(
+            f"workdir {raw!r} does not exist or is not a directory",
+            hint="create it, or fix the workdir key",
+        )
+    return path
+
+
+def job_environment(
+    layout: Layout,
+    config: Config,
+    record: JobRecord,
+    run_dir: Path,
+    prep: Preparation,
+    own: Mapping[str, str],
+    inherited: Mapping[str, str],
+) -> dict[str, str]:
+    """The job's environment, later entries winning.
+
+    ``inherited`` (the watcher's, minus the service manager's variables), the
+    config's ``env``, the agent's, the prompt's own ``env`` (``own``: never
+    written to job.json, events or logs), then hopper's own variables.
+    """
+    return {
+        **{k: v for k, v in inherited.items() if k not in SERVICE_ONLY_ENV},
+        **config.env,
+        **prep.env,
+        **own,
+        "HOPPER_JOB_ID": record.id,
+        # How recovery finds the job's processes once its supervisor is gone.
+        treekill.JOB_TOKEN_ENV: treekill.job_token(record.id),
+        "HOPPER_RUN_DIR": str(run_dir),
+        "HOPPER_ROOT": str(layout.root),
+        **({"HOPPER_BRANCH": record.branch} if record.branch else {}),
+    }
+
+
+def prepare(
+    layout: Layout,
+    config: Config,
+    agents: dict[str, Agent],
+    record: JobRecord,
+    run_dir: Path,
+) -> Prepared:
+    """The agent's preparation (its files written), the working directory, the environment.
+
+    ``record`` already carries its workspace (:func:`with_workspace`).
+    Raises :class:`BadPrompt` when the prompt or the workdir cannot be used.
+    """
+    spec = prompts.parse(read_prompt(run_dir / PROMPT_FILE, config.max_prompt_bytes))
+    workdir = workdir_of(record, run_dir)
+    agent = lookup(agents, record.agent)
+    values = template_values(record, workdir)
+    prep = agent.prepare(JobContext(record.id, record.name, run_dir, workdir, spec, values))
+    for name, content in prep.files.items():
+        write_atomic(run_dir / name, content.encode(), durable=False)
+    env = job_environment(layout, config, record, run_dir, prep, spec.options.env, os.environ)
+    return Prepared(prep, workdir, env)
