@@ -115,7 +115,7 @@ class Limits(BaseModel):
     )
 
 
-Executor = Literal["local", "slurm"]
+Executor = Literal["local", "slurm", "container"]
 
 
 def _slurm_resource(key: str) -> object:
@@ -159,6 +159,24 @@ class SlurmConfig(BaseModel):
     def sbatch_extra(self) -> list[str]:
         """The operator's sbatch options: the partition, then ``args``."""
         return ([f"--partition={self.partition}"] if self.partition else []) + list(self.args)
+
+
+class ContainerConfig(BaseModel):
+    """``[container]``: how jobs with ``executor = "container"`` run; see docs/containers.md."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    engine: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        None,
+        min_length=1,
+        description='the engine\'s argv prefix, e.g. ["podman", "--runtime", "runc"]; '
+        "default: podman if on PATH, else docker",
+    )
+    run_args: list[str] = Field(
+        default_factory=list,
+        description="extra arguments for `run`, one argv element each, before the image",
+    )
+    image: str | None = Field(None, description="default image (front matter `image` wins)")
 
 
 class Route(BaseModel):
@@ -243,9 +261,14 @@ class Config(BaseModel):
         3600.0, description="an `after` name that never appears fails the job after this long"
     )
     executor: Executor = Field(
-        "local", description="where jobs run: local (a supervised process) or slurm (sbatch)"
+        "local",
+        description="where jobs run: local (a supervised process), slurm (sbatch) or "
+        "container (podman / docker)",
     )
     slurm: SlurmConfig = Field(default_factory=SlurmConfig, description="executor = slurm")
+    container: ContainerConfig = Field(
+        default_factory=ContainerConfig, description="executor = container"
+    )
     routes: dict[str, Route] = Field(
         default_factory=dict, description="inbox sub-path -> defaults; see docs/scheduling.md"
     )

@@ -24,6 +24,7 @@ from hopper.core.lifecycle import Admitted, ExitFigures
 from hopper.core.prompt import BadPrompt, PromptSpec
 from hopper.core.record import JobHooks, JobRecord
 from hopper.core.states import JobState, Reason
+from hopper.executors.container import container_request
 from hopper.executors.slurm_runner import slurm_request
 from hopper.store import ledger, saferead
 from hopper.store.claim import Claimed, claim, read_claim
@@ -133,11 +134,13 @@ class Intake:
         record = step.record
         try:
             resources = slurm_request(record.executor, spec, self.config.slurm)
+            container = container_request(record.executor, spec, self.config.container, base.id)
         except BadPrompt as exc:
             return self.reject(run_dir, record, Reason.BAD_PROMPT, exc.describe(claimed.inbox_rel))
-        if resources:
+        if resources or container:
             step = lifecycle.admitted(
-                base, Admitted(now, {**settings, "slurm_resources": resources})
+                base,
+                Admitted(now, {**settings, "slurm_resources": resources, "container": container}),
             )
             record = step.record
         try:

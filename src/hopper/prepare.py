@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hopper import workspace
@@ -44,6 +44,9 @@ class Prepared:
     prep: Preparation
     workdir: Path
     env: dict[str, str]  # the whole environment; holds secrets: never write or log it
+    # What hopper sets (config, agent, prompt env, HOPPER_*), without what the watcher
+    # inherited: what a container job gets. Secrets too: never write or log it.
+    job_vars: dict[str, str] = field(default_factory=dict)
 
 
 def scratch_dir(run_dir: Path) -> Path:
@@ -150,4 +153,5 @@ def prepare(
     for name, content in prep.files.items():
         write_atomic(run_dir / name, content.encode(), durable=False)
     env = job_environment(layout, config, record, run_dir, prep, spec.options.env, os.environ)
-    return Prepared(prep, workdir, env)
+    own = job_environment(layout, config, record, run_dir, prep, spec.options.env, {})
+    return Prepared(prep, workdir, env, own)

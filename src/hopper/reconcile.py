@@ -384,12 +384,14 @@ def _apply(
             return  # Slurm did not answer: a submitted, unrecorded job may exist; next time
         if snap.same_host:
             identity.end_stale_supervisors(str(run_dir))
+            runner.containers.clear_stray(record, run_dir)  # created, never recorded
         (run_dir / EXIT_FILE).unlink(missing_ok=True)  # a start abandoned by a crash
         queued[record.id] = record
     elif action is Action.REQUEUE:
         assert record is not None
         if snap.same_host:
             identity.end_stale_supervisors(str(run_dir))
+            runner.containers.clear_stray(record, run_dir)
         rec = runner.requeue(record)
         queued[rec.id] = rec
     elif action is Action.FINISH and snap.slurm is not None:

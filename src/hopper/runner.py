@@ -20,12 +20,15 @@ from hopper.agents.summary import read_job_summary, read_live_state, record_fiel
 from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core.agent_outcome import final_reason
+from hopper.core.mounts import BadMount
 from hopper.core.outcome import classify
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.retry import backoff, should_retry
 from hopper.core.states import JobState, Reason, check_transition
 from hopper.errors import JobFileCorrupt
+from hopper.executors.container import ContainerUnavailable
+from hopper.executors.container_runner import ContainerJobs
 from hopper.executors.slurm import EXIT_STATUS_FILE as SLURM_EXIT_FILE
 from hopper.executors.slurm_runner import SlurmJobs
 from hopper.faults import crash_point
@@ -97,11 +100,13 @@ class Runner:
     requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler
     io_errors: int = 0  # failed writes since start (disk full …), for status reports
     slurm: SlurmJobs = field(init=False)  # executor = "slurm": submit, poll, cancel
+    containers: ContainerJobs = field(init=False)  # executor = "container": run, remove
     guard: LoopGuard = field(default_factory=LoopGuard)  # one bad job never stops the loop
     handed_over: set[str] = field(default_factory=set)  # dropped: another watcher took them
 
     def __post_init__(self) -> None:
         self.slurm = SlurmJobs(self)
+        self.containers = ContainerJobs(self)
 
     # -- start ------------------------------------------------------------------
     def start(self, record: JobRecord) -> None:
@@ -122,13 +127,27 @@ class Runner:
         if record.executor == "slurm":
             self.slurm.start(record, run_dir, prep, workdir, env)
             return
+        argv, grace = prep.argv, self.config.kill_grace
+        if record.executor == "container":
+            try:
+                argv, env, grace = self.containers.launch(
+                    record, run_dir, prep, workdir, ready.job_vars, env
+                )
+            except ContainerUnavailable as exc:
+                self.intake.reject(run_dir, record, Reason.SPAWN_FAILED, exc.detail)
+                return
+            except BadMount as exc:
+                self.intake.reject(
+                    run_dir, record, Reason.BAD_PROMPT, f"{record.inbox_path}: {exc}"
+                )
+                return
         launch = spawn.LaunchSpec(
-            argv=prep.argv,
+            argv=argv,
             cwd=str(workdir),
             env=env,
             log=str(run_dir / LOG_FILE),
             stop_signals=prep.stop_signals,
-            grace=self.config.kill_grace,
+            grace=grace,
             timeout=record.timeout_seconds,
             memory_max=record.memory_max_bytes,
             output_max=record.output_max_bytes,
@@ -163,6 +182,7 @@ class Runner:
             supervisor_pid=proc.pid,
             argv0=prep.argv[0],
             workdir=str(workdir),
+            **({"container": record.container.name} if record.container else {}),
         )
         spawn.release(proc)
         self.running[record.id] = Running(
@@ -411,16 +431,28 @@ class Runner:
         """The supervisor is gone and recorded nothing: end any orphans, fail as lost."""
         if self.taken(job):
             return
-        self.running.pop(job.record.id, None)
         rec = job.record
-        killed = 0
         local = rec.host == self.intake.ident.host  # a dead host's pids are not ours to judge
+        # A container job: the engine may have recorded how the container ended.
+        engine_status = self.containers.engine_exit(rec, self.clock.now()) if local else None
+        self.running.pop(job.record.id, None)
+        killed = 0
         if local:
             # Everything carrying the job's token, and the job's own tree if its
             # pid is still the job: a setsid'd orphan under init included.
             alive = rec.pid is not None and identity.is_alive(rec.pid, rec.pid_start_time)
             roots = frozenset([rec.pid]) if alive and rec.pid else frozenset[int]()
             killed = treekill.end_job(rec.id, roots)
+        if engine_status is not None:
+            append_event(
+                job.run_dir,
+                "container_exit_from_engine",
+                self.clock.now(),
+                exit_code=engine_status.exit_code,
+                orphans_killed=killed,
+            )
+            self.finish(job, engine_status)
+            return
         append_event(job.run_dir, "lost", self.clock.now(), orphans_killed=killed)
         self._close(
             job.run_dir,
@@ -440,6 +472,8 @@ class Runner:
         status: ExitStatus | None,
     ) -> None:
         now = self.clock.now()
+        if record.state is JobState.RUNNING:
+            self.containers.remove(record)  # whatever the outcome; its output is in job.log
         if record.state is JobState.RUNNING:
             # Final figures from exit.json; else (lost) the last live ones.
             used = status.resources if status is not None else None

@@ -1,4 +1,4 @@
-"""The agent CLI's argument vector for one run. Pure, standard library only.
+"""The agent CLI's argument vector for one run. Pure: the standard library and hopper.core.
 
 The prompt is never part of it: it goes on stdin (or, for a custom agent, in
 the ``{prompt_file}`` it names).
@@ -6,7 +6,10 @@ the ``{prompt_file}`` it names).
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+from hopper.core.mounts import Mount, MountMap
 
 
 def build_argv(spec: dict[str, Any], session_id: str | None, resume: bool) -> list[str]:
@@ -53,3 +56,14 @@ def build_argv(spec: dict[str, Any], session_id: str | None, resume: bool) -> li
             text = text.replace("{" + key + "}", value)
         out.append(text)
     return out + extra
+
+
+def in_container(argv: list[str], container: dict[str, Any]) -> list[str]:
+    """``argv`` run in the job's container: the wrapper prefix, then ``argv`` with host
+    paths translated through the job's mounts. A CLI found on the host by absolute path
+    (not under a mount) is called by its bare name: the image has its own copy on PATH."""
+    mmap = MountMap(tuple(Mount(str(h), str(c)) for h, c in container["mounts"]))
+    inside = [mmap.translate(a) for a in argv]
+    if inside and inside[0] == argv[0] and argv[0].startswith("/"):
+        inside[0] = os.path.basename(argv[0])
+    return [*(str(a) for a in container["prefix"]), *inside]

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from hopper.agents import sessionmap
-from hopper.agents.argv import build_argv
+from hopper.agents.argv import build_argv, in_container
 from hopper.agents.groupstop import GroupStop
 from hopper.agents.livestate import LiveState, iso
 from hopper.agents.policy import (
@@ -151,6 +151,8 @@ class Driver:
     # -- one CLI run --------------------------------------------------------------
     def run_agent(self, message: Path, session_id: str | None, resume: bool) -> RunResult:
         argv = build_argv({**self.spec, "message_file": str(message)}, session_id, resume)
+        if self.spec.get("container"):  # executor = "container": this turn runs in it
+            argv = in_container(argv, self.spec["container"])
         state = StreamState(self.dialect)
         self.event("agent_started", argv0=argv[0], resume=resume, session_id=session_id)
         self.say(f"[hopper] {'resuming' if resume else 'starting'} {self.spec.get('agent_name')}")

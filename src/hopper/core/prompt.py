@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from hopper.core import mounts
 from hopper.core.durations import BadDuration, parse_positive_duration
 from hopper.core.sizes import BadSize, parse_limit
 
@@ -24,6 +25,7 @@ FENCE = "+++"
 MAX_AFTER = 100
 MAX_ARGV = 256  # check, on_success, on_failure, on_finish
 MAX_ENV = 256
+MAX_MOUNTS = 64
 # Front matter is flat keys, lists of strings and one table of strings; a
 # value nested deeper than this is a mistake or an attack on the parser.
 MAX_NESTING = 8
@@ -81,7 +83,10 @@ class PromptOptions(BaseModel):
     on_success: list[str] | None = None
     on_failure: list[str] | None = None
     on_finish: list[str] | None = None
-    executor: Literal["local", "slurm"] | None = None
+    executor: Literal["local", "slurm", "container"] | None = None
+    image: Annotated[str, Field(min_length=1, max_length=500)] | None = None
+    mounts: list[str] | None = None
+    network: Annotated[str, Field(min_length=1, max_length=200)] | None = None
     cpus: Annotated[int, Field(ge=1)] | None = None
     mem: Annotated[str | int | None, Field(union_mode="left_to_right")] = None
     gres: str | None = None
@@ -147,6 +152,25 @@ class PromptOptions(BaseModel):
                 raise ValueError(f"{key!r}: HOPPER_* variables are set by hopper itself")
             if "\x00" in text:
                 raise ValueError(f"the value of {key!r} contains a NUL character")
+        return value
+
+    @field_validator("image", "network")
+    @classmethod
+    def _engine_word(cls, value: str | None) -> str | None:
+        if value is not None and (value.startswith("-") or any(c in value for c in "\x00 \n")):
+            raise ValueError("may not start with '-' or contain spaces, newlines or NUL")
+        return value
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(value) > MAX_MOUNTS:
+            raise ValueError(f"has {len(value)} entries; at most {MAX_MOUNTS}")
+        for text in value or []:
+            try:
+                mounts.parse(text, home="/")  # ~ is checked here, expanded at start
+            except mounts.BadMount as exc:
+                raise ValueError(str(exc)) from None
         return value
 
     @field_validator("name", "session", "group")
@@ -348,8 +372,11 @@ _KEY_HINTS = {
     "priority": "an integer from -1000 to 1000; higher starts first",
     "after": f'a list of at most {MAX_AFTER} job names or ids, for example after = ["migrate"]',
     "workspace": 'one of "none", "folder", "worktree"',
-    "executor": 'one of "local", "slurm"',
-    "cpus": "Slurm only: a whole number, for example cpus = 4",
+    "executor": 'one of "local", "slurm", "container"',
+    "image": 'container jobs: the image to run, for example image = "python:3.12-slim"',
+    "mounts": 'container jobs: a list of "/host/path:/in/container[:ro]"',
+    "network": 'container jobs: the engine\'s network, for example network = "none"',
+    "cpus": "Slurm or container jobs: a whole number, for example cpus = 4",
     "mem": 'Slurm only: megabytes, or a size such as mem = "4G"',
     "gres": 'Slurm only: for example gres = "gpu:1"',
     "retry_of": "set by hopper retry: the id of the job this one re-runs",

@@ -61,6 +61,20 @@ class JobHooks(BaseModel):
     on_finish: list[str] | None = None
 
 
+class ContainerJob(BaseModel):
+    """executor container: what the job runs in (docs/containers.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="the container's name: hopper-<job id>")
+    image: str
+    mounts: list[str] = Field(
+        default_factory=list, description="front matter `mounts` (-v syntax), as given"
+    )
+    network: str | None = Field(None, description="the engine's --network; null: its default")
+    cpus: int | None = Field(None, description="the engine's --cpus; null: no limit")
+
+
 class JobRecord(BaseModel):
     """One job: ``runs/<id>/job.json``. Always complete; replaced atomically."""
 
@@ -158,8 +172,10 @@ class JobRecord(BaseModel):
     workspace_path: str | None = Field(
         None, description="folder / worktree: the directory the job ran in"
     )
-    executor: Literal["local", "slurm"] = Field(
-        "local", description="local: a supervised process on `host`; slurm: a Slurm batch job"
+    executor: Literal["local", "slurm", "container"] = Field(
+        "local",
+        description="local: a supervised process on `host`; slurm: a Slurm batch job; "
+        "container: a podman or docker container on `host`, under a supervisor",
     )
     slurm_job_id: str | None = Field(
         None, description="executor slurm: the Slurm job id (set before the job may start)"
@@ -167,6 +183,9 @@ class JobRecord(BaseModel):
     slurm_resources: dict[str, int | str] = Field(
         default_factory=dict,
         description="executor slurm: cpus, mem, gres asked of Slurm (front matter, else [slurm])",
+    )
+    container: ContainerJob | None = Field(
+        None, description="executor container: the image, mounts, network and cpus"
     )
     hooks: JobHooks | None = Field(None, description="the job's own completion hooks")
     retry_of: str | None = Field(

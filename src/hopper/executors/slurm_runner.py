@@ -90,6 +90,8 @@ def slurm_request(executor: str, spec: PromptSpec, defaults: SlurmConfig) -> dic
         if value is not None:
             asked[key] = value
     if executor != "slurm":
+        if executor == "container":
+            asked.pop("cpus", None)  # the engine's --cpus (executors/container.py)
         if asked:
             raise BadPrompt(
                 f"{', '.join(asked)} only apply to Slurm jobs",

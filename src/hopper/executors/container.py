@@ -1,0 +1,242 @@
+"""The container engine (podman or docker), by argv: find it, ask it, build the run.
+
+Every call is an argv, never a shell string; what a job asks for (image,
+network, mounts) arrives validated by core/prompt.py and core/mounts.py.
+Environment values never appear here: ``run`` gets ``-e NAME`` for each
+variable, and the engine takes its value from its own environment (the
+supervisor's, which received it over a pipe). The same adapter serves
+podman and docker: both accept every argument used here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from hopper.config import ContainerConfig
+from hopper.core import mounts
+from hopper.core.mounts import MountMap
+from hopper.core.prompt import BadPrompt, PromptSpec
+from hopper.core.record import ContainerJob
+
+log = logging.getLogger(__name__)
+
+NAME_PREFIX = "hopper-"
+SHIM = Path(__file__).with_name("container_run.py")
+STOP_MARGIN = 5.0  # seconds the supervisor waits beyond the engine's own stop grace
+ENGINE_TIMEOUT = 60.0  # seconds for one inspect / rm call
+UNANSWERED = ("cannot connect", "connection refused", "is the docker daemon running")
+
+
+class ContainerUnavailable(Exception):
+    """The engine or the image is missing; ``detail`` says what to do."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+def container_name(job_id: str) -> str:
+    return NAME_PREFIX + job_id
+
+
+def resolve_engine(
+    configured: Sequence[str] | None, which: Callable[[str], str | None] = shutil.which
+) -> list[str]:
+    """The engine's argv prefix with its program made absolute; raises ContainerUnavailable."""
+    if configured:
+        found = which(configured[0])
+        if found is None:
+            raise ContainerUnavailable(
+                f"the container engine {configured[0]!r} ([container] engine) is not on PATH: "
+                "install it (apt-get install podman), or fix [container] engine in the config"
+            )
+        return [found, *configured[1:]]
+    for program in ("podman", "docker"):
+        found = which(program)
+        if found is not None:
+            return [found]
+    raise ContainerUnavailable(
+        "no container engine: neither podman nor docker is on PATH; install one "
+        '(apt-get install podman) or set [container] engine = ["/path/to/engine"] in the config'
+    )
+
+
+def container_request(
+    executor: str, spec: PromptSpec, defaults: ContainerConfig, job_id: str
+) -> ContainerJob | None:
+    """What a container job runs in (front matter, else ``[container]``); BadPrompt if unusable.
+
+    ``image``, ``mounts`` and ``network`` on a job of another executor are an
+    error, not silently ignored: the job would not run where it asked to.
+    """
+    opts = spec.options
+    given = [k for k in ("image", "mounts", "network") if getattr(opts, k) is not None]
+    if executor != "container":
+        if given:
+            raise BadPrompt(
+                f"{', '.join(given)} only apply to container jobs",
+                hint='add executor = "container", or remove them',
+            )
+        return None
+    image = opts.image or defaults.image
+    if image is None:
+        raise BadPrompt(
+            "a container job needs an image",
+            hint='add image = "…" to the front matter, or [container] image to the config',
+        )
+    return ContainerJob(
+        name=container_name(job_id),
+        image=image,
+        mounts=list(opts.mounts or []),
+        network=opts.network,
+        cpus=opts.cpus,
+    )
+
+
+def mount_map(job: ContainerJob, workdir: Path, run_dir: Path) -> MountMap:
+    """The job's mounts, ``~`` in its ``mounts`` being the watcher's home; raises BadMount."""
+    home = os.path.expanduser("~")
+    extra = tuple(mounts.parse(text, home=home) for text in job.mounts)
+    return mounts.plan(str(workdir), str(run_dir), extra)
+
+
+def run_argv(
+    engine: Sequence[str],
+    job: ContainerJob,
+    mmap: MountMap,
+    env_names: Sequence[str],
+    command: Sequence[str],
+    *,
+    run_args: Sequence[str] = (),
+    memory_max: int | None = None,
+    interactive: bool = False,
+) -> list[str]:
+    """``<engine> run …`` for ``command`` (host paths in it translated through ``mmap``)."""
+    argv = [
+        *engine,
+        "run",
+        "--name",
+        job.name,
+        "--pull=never",  # no registry is asked at start; the image check said it is here
+        "--log-driver=none",  # the output goes to job.log, not a second copy on disk
+        "-w",
+        mounts.WORKDIR_IN_CONTAINER,
+        *mmap.volume_args(),
+    ]
+    for name in env_names:
+        argv += ["-e", name]  # the value comes from the engine's environment
+    if job.network is not None:
+        argv.append(f"--network={job.network}")
+    if job.cpus is not None:
+        argv.append(f"--cpus={job.cpus}")
+    if memory_max is not None:
+        argv.append(f"--memory={memory_max}b")
+    if interactive:
+        argv.append("-i")
+    return [*argv, *run_args, job.image, *(mmap.translate(a) for a in command)]
+
+
+def shim_argv(engine: Sequence[str], name: str, grace: float, run: Sequence[str]) -> list[str]:
+    """The supervised command: container_run.py around ``run`` (see its docstring)."""
+    settings = json.dumps({"engine": list(engine), "name": name, "grace": grace})
+    return [sys.executable, "-I", "-S", str(SHIM), settings, *run]
+
+
+def _call(
+    argv: Sequence[str], env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=ENGINE_TIMEOUT,
+        check=False,
+        env=dict(env) if env is not None else None,
+    )
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no message"
+
+
+def check_image(engine: Sequence[str], image: str) -> None:
+    """Raise ContainerUnavailable unless the engine answers and has ``image`` locally."""
+    try:
+        done = _call([*engine, "image", "inspect", "--format", "{{.Id}}", image])
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ContainerUnavailable(
+            f"the container engine {engine[0]} cannot be asked about image {image!r}: {exc}; "
+            "check that it runs (podman info / docker info)"
+        ) from None
+    if done.returncode == 0:
+        return
+    said = _last_line(done.stderr)
+    if any(word in said.lower() for word in UNANSWERED):
+        raise ContainerUnavailable(
+            f"the container engine {engine[0]} does not answer ({said}); start it "
+            "(systemctl start docker), or set [container] engine to one that runs"
+        )
+    program = os.path.basename(engine[0])
+    raise ContainerUnavailable(
+        f"image {image!r} is not in {program}'s local images ({said}); "
+        f"pull or build it first ({program} pull {image}, or {program} build / import), "
+        "then submit the job again (hopper retry <id>)"
+    )
+
+
+def remove(engine: Sequence[str], name: str) -> bool:
+    """``<engine> rm -f NAME``: True if removed or already gone (never raises)."""
+    try:
+        done = _call([*engine, "rm", "-f", name])
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("container=%s cannot be removed: %s", name, exc)
+        return False
+    said = done.stderr.lower()
+    if done.returncode == 0 or "no such container" in said or "no container with" in said:
+        return True
+    log.warning("container=%s cannot be removed: %s", name, _last_line(done.stderr))
+    return False
+
+
+@dataclass(frozen=True)
+class EngineState:
+    """A container as the engine reports it."""
+
+    running: bool
+    exit_code: int | None
+    finished_at: str | None
+
+
+def inspect(engine: Sequence[str], name: str) -> EngineState | None:
+    """The container's state, or None if the engine knows no container of that name."""
+    try:
+        done = _call(
+            [*engine, "inspect", "--type", "container", "--format", "{{json .State}}", name]
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    try:
+        state = json.loads(done.stdout)
+    except ValueError:
+        return None
+    if not isinstance(state, dict):
+        return None
+    code = state.get("ExitCode")
+    finished = state.get("FinishedAt")
+    return EngineState(
+        running=bool(state.get("Running")),
+        exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+        finished_at=finished if isinstance(finished, str) else None,
+    )

@@ -1,0 +1,171 @@
+"""Container jobs inside the watcher: a local job whose command is a container run.
+
+Theory of operation. A container job runs under the job's own supervisor
+exactly like a local job (gate, job.log, timeout, limits, exit.json, adoption
+after a watcher restart); only its command differs. :meth:`ContainerJobs.launch`
+checks the engine and the image (a missing one fails the job ``spawn_failed``
+with what to do), plans the mounts (core/mounts.py), translates every path
+hopper hands the job, and returns the supervised argv: container_run.py
+around ``<engine> run --name hopper-<id> …``. An agent job keeps its driver on
+the host; the driver runs each CLI turn through the same wrapper (the driver
+spec's ``container`` key). The container is removed when the job is
+finalized, whatever the outcome (:meth:`remove`); a container of the job's
+name found by recovery before the job (re)starts is removed
+(:meth:`clear_stray`), so the job runs once; when the supervisor vanished, the
+engine's own record of the container says how it ended (:meth:`engine_exit`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hopper.agents.base import Preparation
+from hopper.agents.drive import SPEC_FILE
+from hopper.agents.registry import driven
+from hopper.core.record import ExitStatus, JobRecord
+from hopper.executors.container import (
+    STOP_MARGIN,
+    ContainerUnavailable,
+    check_image,
+    inspect,
+    mount_map,
+    remove,
+    resolve_engine,
+    run_argv,
+    shim_argv,
+)
+from hopper.store.atomic import write_atomic
+from hopper.store.jobfile import append_event
+
+if TYPE_CHECKING:
+    from hopper.runner import Runner
+
+log = logging.getLogger(__name__)
+
+HOST_ONLY_ENV = frozenset({"HOPPER_ROOT"})  # the root is not mounted into the container
+DRIVER_GRACE = 5.0  # the driver's own grace between its stop signals (agents/driven.py)
+
+
+class ContainerJobs:
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def engine(self) -> list[str]:
+        return resolve_engine(self.runner.config.container.engine)
+
+    def launch(
+        self,
+        record: JobRecord,
+        run_dir: Path,
+        prep: Preparation,
+        workdir: Path,
+        job_vars: Mapping[str, str],
+        host_env: Mapping[str, str],  # the supervisor's whole environment
+    ) -> tuple[list[str], dict[str, str], float]:
+        """The supervised argv, its environment and the supervisor's grace.
+
+        Raises ContainerUnavailable (engine or image missing) or
+        core.mounts.BadMount (a path that cannot be mounted).
+        """
+        job = record.container
+        assert job is not None, "a container job is admitted with its container"
+        cfg = self.runner.config
+        engine = self.engine()
+        check_image(engine, job.image)
+        mmap = mount_map(job, workdir, run_dir)
+        inside = {k: mmap.translate(v) for k, v in job_vars.items() if k not in HOST_ONLY_ENV}
+        names = sorted(inside)
+        env = {**host_env, **inside}
+        if driven(self.runner.intake.agents, record.agent):
+            # The driver stays on the host; each CLI turn runs in the container.
+            prefix = run_argv(
+                engine,
+                job,
+                mmap,
+                names,
+                [],
+                run_args=cfg.container.run_args,
+                memory_max=record.memory_max_bytes,
+                interactive=True,
+            )
+            spec = json.loads(prep.files[SPEC_FILE])
+            spec["container"] = {
+                "prefix": shim_argv(engine, job.name, DRIVER_GRACE, prefix),
+                "mounts": [[m.host, m.container] for m in mmap.mounts],
+            }
+            write_atomic(run_dir / SPEC_FILE, (json.dumps(spec, indent=2) + "\n").encode())
+            return prep.argv, env, cfg.kill_grace
+        run = run_argv(
+            engine,
+            job,
+            mmap,
+            names,
+            prep.argv,
+            run_args=cfg.container.run_args,
+            memory_max=record.memory_max_bytes,
+        )
+        # The supervisor's SIGTERM becomes `<engine> stop -t kill_grace`; its own
+        # SIGKILL waits a little longer, so the engine's stop runs its course.
+        return shim_argv(engine, job.name, cfg.kill_grace, run), env, cfg.kill_grace + STOP_MARGIN
+
+    def remove(self, record: JobRecord) -> None:
+        """The job is finalized (or goes back to the queue): its container goes."""
+        if record.container is None:
+            return
+        try:
+            engine = self.engine()
+        except ContainerUnavailable as exc:
+            log.warning(
+                "job=%s container %s not removed: %s", record.id, record.container.name, exc
+            )
+            return
+        if remove(engine, record.container.name):
+            log.info("job=%s container=%s removed", record.id, record.container.name)
+
+    def clear_stray(self, record: JobRecord, run_dir: Path) -> None:
+        """Recovery, before the job (re)starts: a container of its name is left from a crash."""
+        if record.container is None:
+            return
+        try:
+            engine = self.engine()
+        except ContainerUnavailable:
+            return  # the start fails with the reason; nothing can be left to remove
+        name = record.container.name
+        if inspect(engine, name) is None:
+            return
+        if remove(engine, name):
+            append_event(
+                run_dir,
+                "container_stray_removed",
+                self.runner.clock.now(),
+                container=name,
+                why="left by an earlier start that was never recorded (watcher crash)",
+            )
+            log.info("job=%s removed stray container %s", record.id, name)
+
+    def engine_exit(self, record: JobRecord, now: datetime) -> ExitStatus | None:
+        """The supervisor vanished: how the engine says the container ended, if it did.
+
+        The end time is ``now``: the engine's clock format differs between engines.
+
+            A container still running is stopped at once (nobody supervises it any
+            more) and None returned: the job is then ``lost`` like a local one.
+        """
+        if record.container is None:
+            return None
+        try:
+            engine = self.engine()
+        except ContainerUnavailable:
+            return None
+        state = inspect(engine, record.container.name)
+        if state is None:
+            return None
+        if state.running or state.exit_code is None:
+            remove(engine, record.container.name)
+            return None
+        return ExitStatus(started=True, exit_code=state.exit_code, finished_at=now)
