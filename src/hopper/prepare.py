@@ -18,7 +18,9 @@ from hopper import workspace
 from hopper.agents.base import Agent, JobContext, Preparation
 from hopper.agents.registry import lookup
 from hopper.config import Config
+from hopper.core import lifecycle
 from hopper.core import prompt as prompts
+from hopper.core.lifecycle import WorkspaceReady
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import JobRecord
 from hopper.core.templates import template_values
@@ -71,14 +73,10 @@ def with_workspace(layout: Layout, record: JobRecord) -> JobRecord:
     ws = workspace.prepare(layout, record)
     if ws is None:
         return record
-    return record.model_copy(
-        update={
-            "workspace_path": str(ws.path),
-            "branch": ws.branch,
-            "ref": ws.ref,
-            "repo": str(ws.repo) if ws.repo else record.repo,
-        }
-    )
+    repo = str(ws.repo) if ws.repo else None
+    return lifecycle.workspace_ready(
+        record, WorkspaceReady(str(ws.path), ws.branch, ws.ref, repo)
+    ).record
 
 
 def workdir_of(record: JobRecord, run_dir: Path) -> Path:

@@ -39,8 +39,8 @@ from hopper.executors.container import (
     run_argv,
     shim_argv,
 )
+from hopper.store import ledger
 from hopper.store.atomic import write_atomic
-from hopper.store.jobfile import append_event
 
 if TYPE_CHECKING:
     from hopper.runner import Runner
@@ -139,7 +139,7 @@ class ContainerJobs:
         if inspect(engine, name) is None:
             return
         if remove(engine, name):
-            append_event(
+            ledger.note(
                 run_dir,
                 "container_stray_removed",
                 self.runner.clock.now(),
