@@ -149,7 +149,9 @@ class Runner:
             stop_signals=prep.stop_signals,
             grace=grace,
             timeout=record.timeout_seconds,
-            memory_max=record.memory_max_bytes,
+            # A container's memory_max is the engine's (--memory): the supervisor's tree
+            # also holds the engine's own client, which is not the job's memory.
+            memory_max=None if record.container else record.memory_max_bytes,
             output_max=record.output_max_bytes,
             sample_interval=self.config.sample_interval,
             idle_timeout=prep.idle_timeout,
@@ -359,7 +361,7 @@ class Runner:
             self._reap.append(job.supervisor)
         elif job.record.host == self.intake.ident.host:  # never a pid of another host
             _reap_adopted(job.record.supervisor_pid)
-        outcome = classify(status, job.record.stop_requested)
+        outcome = self.containers.refine(job.record, classify(status, job.record.stop_requested))
         now = self.clock.now()
         append_event(
             job.run_dir,

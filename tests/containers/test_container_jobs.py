@@ -276,3 +276,93 @@ def test_docker_runs_the_same_adapter(
         check=True,
     )
     assert left.stdout.strip() == ""
+
+
+def test_supervisor_gone_the_engine_says_how_the_container_ended(
+    layout: Layout, config_file: Path, watchers, tmp_path: Path
+) -> None:
+    """Watcher and supervisor SIGKILLed; the container ends on its own while no watcher
+    runs; the next watcher finalizes the job from the engine's record (exit 4), not lost."""
+    use(config_file)
+    work = tmp_path / "work"
+    work.mkdir()
+    script = "echo run >> /work/runs\nwhile [ ! -e /work/gate ]; do sleep 0.05; done\nexit 4"
+    drop(layout, "orphan", job(script, workdir=str(work)))
+    first = watchers.start()
+    wait_for(lambda: (work / "runs").exists(), what="the job running")
+    run_dir = only_run(layout)
+    supervisor = read_record(run_dir).supervisor_pid
+    assert supervisor is not None
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    os.kill(supervisor, signal.SIGKILL)
+    (work / "gate").touch()
+    name = f"hopper-{run_dir.name}"
+
+    def exited() -> bool:
+        done = subprocess.run(
+            [*ENGINE, "inspect", "--format", "{{.State.Status}}", name],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        return done.stdout.strip() == "exited"
+
+    wait_for(exited, what="the container to exit with no supervisor")
+    watchers.start()
+    wait_for(lambda: state_of(run_dir) is JobState.FAILED, what="finalized")
+    record = read_record(run_dir)
+    assert (record.reason, record.exit_code) == (Reason.EXIT_NONZERO, 4)
+    assert "container_exit_from_engine" in events_of(run_dir)
+    assert (work / "runs").read_text() == "run\n"
+
+
+def test_supervisor_gone_a_running_container_is_ended_and_the_job_lost(
+    layout: Layout, config_file: Path, watchers, tmp_path: Path
+) -> None:
+    use(config_file)
+    work = tmp_path / "work"
+    work.mkdir()
+    drop(layout, "stuck", job("echo run >> /work/runs\nsleep 300", workdir=str(work)))
+    first = watchers.start()
+    wait_for(lambda: (work / "runs").exists(), what="the job running")
+    run_dir = only_run(layout)
+    supervisor = read_record(run_dir).supervisor_pid
+    assert supervisor is not None
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    os.kill(supervisor, signal.SIGKILL)
+    watchers.start()
+    wait_for(lambda: state_of(run_dir) is JobState.FAILED, what="filed lost")
+    assert read_record(run_dir).reason is Reason.LOST
+    assert containers_of(layout) == []
+
+
+def test_memory_max_and_cpus_reach_the_engine(layout: Layout, config_file: Path, hopper) -> None:
+    use(config_file)
+    script = (
+        "cat /sys/fs/cgroup/memory.max 2>/dev/null"
+        " || cat /sys/fs/cgroup/memory/memory.limit_in_bytes"
+    )
+    drop(layout, "limits", job(script, memory_max="64M", cpus=1))
+    assert hopper("run", "--until-idle").returncode == 0
+    run_dir = only_run(layout)
+    assert read_record(run_dir).state is JobState.SUCCEEDED
+    assert (run_dir / "job.log").read_text().strip() == str(64 << 20)
+
+
+def test_past_memory_max_the_engines_oom_killer_ends_it(
+    layout: Layout, config_file: Path, hopper
+) -> None:
+    """memory_limit where the engine reports OOMKilled (docker; podman on cgroup v2);
+    podman with runc on cgroup v1 does not, and exit 137 then says what it likely was."""
+    use(config_file)
+    script = 'x=$(head -c 200000000 /dev/zero | tr "\\0" a); echo survived ${#x}'
+    drop(layout, "hog", job(script, memory_max="64M"))
+    assert hopper("run", "--until-idle").returncode == 0
+    record = read_record(only_run(layout))
+    assert record.state is JobState.FAILED
+    assert record.reason in (Reason.MEMORY_LIMIT, Reason.EXIT_NONZERO), record.detail
+    assert record.detail is not None and "engine's OOM killer" in record.detail
+    assert "memory_max (64.0M)" in record.detail
+    assert "survived" not in (only_run(layout) / "job.log").read_text()

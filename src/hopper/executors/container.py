@@ -214,7 +214,7 @@ class EngineState:
 
     running: bool
     exit_code: int | None
-    finished_at: str | None
+    oom_killed: bool = False  # the engine's OOM killer ended it (past --memory)
 
 
 def inspect(engine: Sequence[str], name: str) -> EngineState | None:
@@ -234,9 +234,8 @@ def inspect(engine: Sequence[str], name: str) -> EngineState | None:
     if not isinstance(state, dict):
         return None
     code = state.get("ExitCode")
-    finished = state.get("FinishedAt")
     return EngineState(
-        running=bool(state.get("Running")),
+        running=state.get("Running") is True,
         exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
-        finished_at=finished if isinstance(finished, str) else None,
+        oom_killed=state.get("OOMKilled") is True,
     )

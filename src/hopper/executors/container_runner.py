@@ -27,7 +27,10 @@ from typing import TYPE_CHECKING
 from hopper.agents.base import Preparation
 from hopper.agents.drive import SPEC_FILE
 from hopper.agents.registry import driven
+from hopper.core.outcome import Outcome
 from hopper.core.record import ExitStatus, JobRecord
+from hopper.core.sizes import format_size
+from hopper.core.states import Reason
 from hopper.executors.container import (
     STOP_MARGIN,
     ContainerUnavailable,
@@ -112,6 +115,37 @@ class ContainerJobs:
         # The supervisor's SIGTERM becomes `<engine> stop -t kill_grace`; its own
         # SIGKILL waits a little longer, so the engine's stop runs its course.
         return shim_argv(engine, job.name, cfg.kill_grace, run), env, cfg.kill_grace + STOP_MARGIN
+
+    def refine(self, record: JobRecord, outcome: Outcome) -> Outcome:
+        """A container ended by the engine's OOM killer (past ``--memory``) is ``memory_limit``.
+
+        Where the engine cannot tell (podman with runc on cgroup v1 reports
+        ``OOMKilled`` false), an exit 137 under a memory_max says it may be.
+        """
+        limit = record.memory_max_bytes
+        if record.container is None or outcome.reason not in (
+            Reason.EXIT_NONZERO,
+            Reason.SIGNALED,
+        ):
+            return outcome
+        try:
+            state = inspect(self.engine(), record.container.name)
+        except ContainerUnavailable:
+            state = None
+        size = f" ({format_size(limit)})" if limit is not None else ""
+        if state is not None and state.oom_killed:
+            return Outcome(
+                Reason.MEMORY_LIMIT,
+                f"stopped: the container used more memory than memory_max{size}; "
+                "the engine's OOM killer ended it",
+            )
+        if limit is not None and outcome.detail == "exited 137":
+            return Outcome(
+                outcome.reason,
+                "exited 137 (SIGKILL): the engine's OOM killer does this to a container "
+                f"past memory_max{size}; raise memory_max if the job needs more",
+            )
+        return outcome
 
     def remove(self, record: JobRecord) -> None:
         """The job is finalized (or goes back to the queue): its container goes."""
