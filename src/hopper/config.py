@@ -10,17 +10,16 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from hopper.configfile import CONFIG_LIMIT
+from hopper.configfile import config_path as config_path  # re-exported: its old home
 from hopper.core.durations import BadDuration, parse_duration, parse_positive_duration
 from hopper.core.sizes import BadSize, parse_limit
 from hopper.errors import ConfigError
 from hopper.store.saferead import UnreadableFile, read_text
-
-CONFIG_LIMIT = 1 << 20  # bytes; a config is a page or two of TOML
 
 
 def _seconds(value: object) -> object:
@@ -275,22 +274,6 @@ class Config(BaseModel):
     hooks: Hooks = Field(
         default_factory=lambda: Hooks(), description="completion hooks; see docs/scheduling.md"
     )
-
-
-def config_path(cli: str | None, env: Mapping[str, str]) -> Path | None:
-    """The config file to read, or None for the built-in defaults."""
-    if cli:
-        return Path(cli).expanduser()
-    if env.get("HOPPER_CONFIG"):
-        return Path(env["HOPPER_CONFIG"]).expanduser()
-    xdg = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")) / ".config")
-    for candidate in (
-        Path(xdg).expanduser() / "hopper" / "config.toml",
-        Path("/etc/hopper/config.toml"),
-    ):
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def load_config(cli: str | None = None, env: Mapping[str, str] | None = None) -> Config:

@@ -8,14 +8,24 @@ running jobs only: a handful, however long the history.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from hopper.agents.sessionmap import paused_sessions
-from hopper.core.record import JobRecord
 from hopper.errors import JobFileCorrupt
-from hopper.store.jobfile import read_record
+from hopper.store.jobread import read_view
 from hopper.store.layout import Layout
 
 
-def describe(record: JobRecord) -> str:
+class Activity(Protocol):
+    """A JobRecord, or the read path's JobView."""
+
+    @property
+    def agent_state(self) -> str | None: ...
+    @property
+    def error_kind(self) -> str | None: ...
+
+
+def describe(record: Activity) -> str:
     """``working``, ``api_error:auth``, ``retrying:rate_limit`` …; ``-`` for no agent state."""
     state = record.agent_state
     if state is None:
@@ -27,7 +37,7 @@ def describe(record: JobRecord) -> str:
 
 def agent_activity(layout: Layout, job_id: str) -> str:
     try:
-        return describe(read_record(layout.run_dir(job_id)))
+        return describe(read_view(layout.run_dir(job_id)))
     except (OSError, JobFileCorrupt):
         return "-"
 

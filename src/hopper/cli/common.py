@@ -6,12 +6,18 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hopper.config import Config, load_config
-from hopper.core.record import JobRecord
+from hopper.configfile import NeedsModel, config_root
 from hopper.errors import HopperError, JobFileCorrupt
 from hopper.store import lookup
+from hopper.store.jobread import read_view
 from hopper.store.layout import Layout, resolve_root
+
+if TYPE_CHECKING:  # the read commands (status, events, logs) never load the models
+    from hopper.config import Config
+    from hopper.core.jobview import JobView
+    from hopper.core.record import JobRecord
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -31,8 +37,20 @@ def add_root_args(parser: argparse.ArgumentParser) -> None:
 
 
 def context(args: argparse.Namespace) -> tuple[Layout, Config]:
+    from hopper.config import load_config
+
     config = load_config(args.config)
     return Layout(resolve_root(args.root, os.environ, config.root)), config
+
+
+def read_context(args: argparse.Namespace) -> Layout:
+    """The root for a command that only reads it: the config's ``root`` read without
+    the model (``configfile.py``); a config it cannot read plainly gets the model's error."""
+    try:
+        root = config_root(args.config)
+    except NeedsModel:
+        return context(args)[0]
+    return Layout(resolve_root(args.root, os.environ, root))
 
 
 def all_records(layout: Layout) -> list[JobRecord]:
@@ -42,6 +60,11 @@ def all_records(layout: Layout) -> list[JobRecord]:
 def find_job(layout: Layout, ref: str) -> JobRecord:
     """An exact id, a unique id prefix, or a name (its newest job); any letter case."""
     return lookup.find_job(layout, ref, on_corrupt=_warn_corrupt)
+
+
+def find_view(layout: Layout, ref: str) -> JobView:
+    """:func:`find_job` on the read path: job.json read without the model if it can be."""
+    return lookup.find_with(layout, ref, read_view, on_corrupt=_warn_corrupt)
 
 
 def _warn_corrupt(exc: JobFileCorrupt) -> None:

@@ -16,9 +16,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hopper.cli.common import EXIT_USAGE, add_root_args, context, find_job, warn
+from hopper.cli.common import EXIT_USAGE, add_root_args, find_view, read_context, warn
 from hopper.core.states import is_terminal
-from hopper.store.jobfile import EVENTS_FILE, read_record
+from hopper.store.jobfile import EVENTS_FILE
+from hopper.store.jobread import read_view
 from hopper.store.tail import read_new_lines, tail_lines
 
 FOLLOW_INTERVAL = 0.2
@@ -86,7 +87,7 @@ def follow(
         lines, offset = read_new_lines(path, offset)
         finalized = emit(lines, as_json) or finalized
         try:
-            done = is_terminal(read_record(run_dir).state)
+            done = is_terminal(read_view(run_dir).state)
         except FileNotFoundError:
             done = False
         if done:
@@ -101,8 +102,8 @@ def handle(args: argparse.Namespace) -> int:
     if args.tail is not None and args.tail < 0:
         warn("--tail must be 0 or more")
         return EXIT_USAGE
-    layout, _ = context(args)
-    record = find_job(layout, args.id)
+    layout = read_context(args)
+    record = find_view(layout, args.id)
     run_dir = layout.run_dir(record.id)
     path = run_dir / EVENTS_FILE
     if args.tail is not None:

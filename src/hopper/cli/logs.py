@@ -18,12 +18,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hopper.cli.common import EXIT_FAILED, EXIT_USAGE, add_root_args, context, find_job, warn
+from hopper.cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    add_root_args,
+    find_view,
+    read_context,
+    warn,
+)
 from hopper.cli.status import load_jobs
-from hopper.core.record import JobRecord
+from hopper.core.jobview import JobView
 from hopper.core.states import JobState, is_terminal
 from hopper.store.index import JobIndex
-from hopper.store.jobfile import LOG_FILE, read_record
+from hopper.store.jobfile import LOG_FILE
+from hopper.store.jobread import read_view
 from hopper.store.layout import Layout
 from hopper.store.saferead import open_regular
 from hopper.store.tail import read_new_lines, tail_lines
@@ -63,7 +71,7 @@ def copy_new(path: Path, offset: int) -> int:
     return offset
 
 
-def never_ran(record: JobRecord, run_dir: Path) -> str | None:
+def never_ran(record: JobView, run_dir: Path) -> str | None:
     """Why a job has no output at all (it never started), or None if it has or may have some."""
     if record.started_at is not None or (run_dir / LOG_FILE).exists():
         return None
@@ -82,7 +90,7 @@ def follow(run_dir: Path, stop: threading.Event) -> None:
     while True:
         offset = copy_new(run_dir / LOG_FILE, offset)
         try:
-            done = is_terminal(read_record(run_dir).state)
+            done = is_terminal(read_view(run_dir).state)
         except FileNotFoundError:
             done = False
         if done:
@@ -175,7 +183,7 @@ def follow_all(layout: Layout, sink: Prefixer, follow: bool, stop: threading.Eve
 
 
 def handle(args: argparse.Namespace) -> int:
-    layout, _ = context(args)
+    layout = read_context(args)
     if args.all:
         if args.id:
             warn("give a job ID or --all, not both")
@@ -185,7 +193,7 @@ def handle(args: argparse.Namespace) -> int:
     if not args.id:
         warn("which job? give an ID (or --all for every running job)")
         return EXIT_USAGE
-    record = find_job(layout, args.id)
+    record = find_view(layout, args.id)
     run_dir = layout.run_dir(record.id)
     silent = never_ran(record, run_dir)
     if silent is not None and (is_terminal(record.state) or not args.follow):
@@ -196,7 +204,7 @@ def handle(args: argparse.Namespace) -> int:
         while True:
             drain(layout, one, sink, final=False)
             try:
-                done = is_terminal(read_record(run_dir).state)
+                done = is_terminal(read_view(run_dir).state)
             except FileNotFoundError:
                 done = False
             if not args.follow or done or stop.wait(FOLLOW_INTERVAL):
@@ -212,7 +220,7 @@ def handle(args: argparse.Namespace) -> int:
 def _after_follow(run_dir: Path) -> int:
     """Followed a job to its end: 1 (and why) if it ended without ever running."""
     try:
-        silent = never_ran(read_record(run_dir), run_dir)
+        silent = never_ran(read_view(run_dir), run_dir)
     except FileNotFoundError:
         return 0
     if silent is None:

@@ -12,18 +12,20 @@ import sys
 import time
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from hopper.cli.activity import agent_activity, describe, pause_lines
-from hopper.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_root_args, context, warn
+from hopper.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_root_args, read_context, warn
 from hopper.core.durations import BadDuration, format_duration, parse_duration
-from hopper.core.record import JobRecord
 from hopper.core.selection import JobFilter
 from hopper.core.states import JobState
 from hopper.core.summary import JobSummary, summarize
 from hopper.store.index import JobIndex
 from hopper.store.layout import Layout
 from hopper.store.lookup import unclaimed
+
+if TYPE_CHECKING:
+    from hopper.core.record import JobRecord
 
 COLUMNS = (
     "ID",
@@ -84,12 +86,13 @@ def job_filter(args: argparse.Namespace, now: float) -> JobFilter:
     )
 
 
-def load_jobs(layout: Layout) -> tuple[JobIndex, list[JobSummary]]:
-    """The refreshed index (caller closes it) and every job it knows, oldest first."""
+def load_jobs(layout: Layout, wanted: JobFilter | None = None) -> tuple[JobIndex, list[JobSummary]]:
+    """The refreshed index (caller closes it) and the jobs ``wanted`` (all by default)
+    lets through, oldest first; the filter runs in SQL."""
     index = JobIndex.open(layout)
     for problem in index.refresh().corrupt:
         warn(problem)
-    return index, index.jobs()
+    return index, index.jobs(wanted)
 
 
 def resolve(jobs: list[JobSummary], ref: str) -> list[JobSummary]:
@@ -149,14 +152,14 @@ def write_json_array(texts: Iterable[str], out: TextIO) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    layout, _ = context(args)
+    layout = read_context(args)
     now = time.time()
     try:
         wanted = job_filter(args, now)
     except BadDuration as exc:
         warn(f"--since: {exc}")
         return EXIT_USAGE
-    index, jobs = load_jobs(layout)
+    index, jobs = load_jobs(layout, None if args.ids else wanted)
     with index:
         code = 0
         pending: list[str] = []  # prompts named but still in the inbox
@@ -167,8 +170,7 @@ def handle(args: argparse.Namespace) -> int:
                 if not GLOB_CHARS & set(ref):
                     code = max(code, report_unclaimed(layout, ref, bool(found), pending))
                 named.update((j.id, j) for j in found)
-            jobs = sorted(named.values(), key=lambda j: j.id)
-        jobs = [j for j in jobs if wanted.matches(j)]
+            jobs = [j for j in sorted(named.values(), key=lambda j: j.id) if wanted.matches(j)]
         if args.json:
             for line in pending:
                 warn(line)

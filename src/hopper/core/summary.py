@@ -9,11 +9,26 @@ parses 100,000 records. It is derived from a :class:`JobRecord` by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
-from hopper.core.record import JobRecord, Usage
 from hopper.core.states import JobState
+
+if TYPE_CHECKING:  # the read path never imports the models (see core/jobview.py)
+    from datetime import datetime
+
+    from hopper.core.record import JobRecord, Usage
+
+
+@dataclass(frozen=True)
+class UsageFigures:
+    """job.json's ``usage``: what the agent reported (a plain copy of :class:`Usage`)."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    cost_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -30,7 +45,7 @@ class JobSummary:
     finished_at: float | None
     heartbeat_at: float | None
     duration_seconds: float | None
-    usage: Usage | None
+    usage: UsageFigures | None
 
 
 def group_of(inbox_path: str) -> str:
@@ -62,5 +77,17 @@ def summarize(record: JobRecord) -> JobSummary:
         finished_at=epoch(record.finished_at),
         heartbeat_at=epoch(record.heartbeat_at),
         duration_seconds=record.duration_seconds,
-        usage=record.usage,
+        usage=usage_figures(record.usage),
+    )
+
+
+def usage_figures(usage: Usage | None) -> UsageFigures | None:
+    if usage is None:
+        return None
+    return UsageFigures(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens,
+        cache_write_tokens=usage.cache_write_tokens,
+        cost_usd=usage.cost_usd,
     )

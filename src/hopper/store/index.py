@@ -1,12 +1,25 @@
 """The status index: a derived SQLite cache of every run directory's job.json.
 
 Theory of operation: the run directories are the truth; ``.hopper/index.sqlite``
-only remembers, per run directory, the ``(inode, mtime_ns, size)`` of the
-job.json it last read, the summary fields listings need, and the file's text.
-:meth:`JobIndex.refresh` lists ``runs/`` and stats each job.json (one
-``stat(2)`` per job, no reads); only files whose identity changed are read
-and parsed again, and rows whose directory is gone are dropped. job.json is
-always replaced by rename, so a change always shows as a new inode or mtime.
+remembers, per run directory, the ``(inode, mtime_ns, size)`` of the job.json
+it last read, the summary fields listings need, the file's text, and whether
+the job is *final* (terminal and finalized: nothing writes its job.json again,
+see ``store/index_row.py``). :meth:`JobIndex.refresh` then does only what may
+matter:
+
+* ``runs/`` is listed only when its own ``(inode, mtime_ns)`` changed since the
+  last listing (a run directory was made or removed), or when that listing was
+  too recent to trust a coarse mtime (:data:`RACY_NS`);
+* every job not yet final is ``stat``-ed, and re-read if its job.json changed
+  (job.json is always replaced by rename: a change is a new inode or mtime);
+* a final job is neither stat-ed nor read again: on 100,000 finished runs a
+  refresh costs a ``stat`` of ``runs/`` and of the few live jobs;
+* run directories without a usable job.json (a claim in progress, a corrupt
+  file) are kept in ``pending`` and looked at again on every refresh.
+
+Listings filter in SQL (:meth:`JobIndex.jobs` with a :class:`JobFilter`), so a
+filtered query builds only the rows it returns. Reading a job.json never loads
+pydantic unless the file is not in the shape hopper writes.
 
 The index is disposable: a missing, corrupt, foreign-version or unwritable
 index is rebuilt (or, if the root is read-only for us, built in memory), and
@@ -18,31 +31,37 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from hopper.core.record import JobRecord, Usage
-from hopper.core.states import JobState
-from hopper.core.summary import JobSummary, summarize
+from hopper.core.selection import JobFilter
+from hopper.core.states import TERMINAL_STATES, JobState
+from hopper.core.summary import JobSummary, UsageFigures
+from hopper.store.index_row import RefreshResult, Stat, finalized, identity, read_row
 from hopper.store.jobfile import JOB_FILE
 from hopper.store.layout import Layout
-from hopper.store.saferead import RECORD_LIMIT, UnreadableFile, read_stat
+
+__all__ = ["INDEX_FILE", "JobIndex", "RefreshResult"]
 
 log = logging.getLogger(__name__)
 
 INDEX_FILE = "index.sqlite"
-INDEX_VERSION = 2
+INDEX_VERSION = 3
+# A listing of runs/ within this long of runs/'s mtime is not trusted next time:
+# a directory made in the same coarse clock tick would not change the mtime.
+RACY_NS = 2_000_000_000
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
+_SCHEMA = (
+    """CREATE TABLE jobs (
     id TEXT PRIMARY KEY,
+    dir_ino INTEGER NOT NULL,
     ino INTEGER NOT NULL,
     mtime_ns INTEGER NOT NULL,
     size INTEGER NOT NULL,
+    final INTEGER NOT NULL,
+    processed TEXT,
     name TEXT NOT NULL,
     agent TEXT NOT NULL,
     state TEXT NOT NULL,
@@ -61,25 +80,24 @@ CREATE TABLE IF NOT EXISTS jobs (
     cache_write_tokens INTEGER,
     cost_usd REAL,
     raw TEXT NOT NULL
+)""",
+    "CREATE INDEX jobs_live ON jobs (final) WHERE final = 0",
+    "CREATE INDEX jobs_state ON jobs (state)",
+    "CREATE TABLE pending (id TEXT PRIMARY KEY, dir_ino INTEGER NOT NULL)",
+    "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
 )
-"""
 _COLUMNS = (
     "id, name, agent, state, reason, grp, attempt, created_at, started_at,"
     " finished_at, heartbeat_at, duration, has_usage, input_tokens, output_tokens,"
     " cache_read_tokens, cache_write_tokens, cost_usd"
 )
+_INSERT = (
+    "INSERT OR REPLACE INTO jobs VALUES"
+    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_ACTIVE = tuple(s.value for s in JobState if s not in TERMINAL_STATES)
 
 _STATES = {s.value: s for s in JobState}
-
-Stat = Callable[[str], os.stat_result]
-
-
-@dataclass
-class RefreshResult:
-    listed: int = 0
-    read: int = 0
-    removed: int = 0
-    corrupt: list[str] = field(default_factory=list)
 
 
 class JobIndex:
@@ -89,6 +107,7 @@ class JobIndex:
         self.conn = conn
         self.layout = layout
         self.path = path  # None: an in-memory index (root not writable)
+        self._stamp: dict[str, int] = {}  # runs/'s identity at the listing being made
 
     @classmethod
     def open(cls, layout: Layout) -> JobIndex:
@@ -135,62 +154,118 @@ class JobIndex:
     def _refresh(self, stat: Stat) -> RefreshResult:
         result = RefreshResult()
         runs = str(self.layout.runs)
-        try:
-            with os.scandir(runs) as it:
-                names = [
-                    e.name
-                    for e in it
-                    if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)
-                ]
-        except FileNotFoundError:
-            names = []
-        result.listed = len(names)
-        known = {
-            row[0]: (row[1], row[2], row[3])
-            for row in self.conn.execute("SELECT id, ino, mtime_ns, size FROM jobs")
-        }
+        listing = self._listing(runs, stat, result)
         changed: list[tuple[Any, ...]] = []
         gone: list[str] = []
-        for name in names:
-            path = f"{runs}/{name}/{JOB_FILE}"
+        pending: dict[str, int] = {}
+        if listing is not None:
+            known = dict(self.conn.execute("SELECT id, dir_ino FROM jobs"))
+            waiting = dict(self.conn.execute("SELECT id, dir_ino FROM pending"))
+            gone = [k for k in known if listing.get(k) != known[k]]  # removed or replaced
+            gone += [k for k in waiting if k not in listing]
+            look = {n: i for n, i in listing.items() if known.get(n) != i}  # new, or pending
+        else:
+            look = dict(self.conn.execute("SELECT id, dir_ino FROM pending"))
+        skip = set(look)
+        root = self.layout.root
+        final: list[str] = []  # unchanged, and finalized since it was read
+        for job_id, dir_ino, ino, mtime_ns, size, state, processed in self.conn.execute(
+            "SELECT id, dir_ino, ino, mtime_ns, size, state, processed FROM jobs WHERE final = 0"
+        ):
+            if job_id in skip or (listing is not None and listing.get(job_id) != dir_ino):
+                continue
+            result.stated += 1
+            done = finalized(root, runs, job_id, _STATES[state], processed)
             try:
-                st = stat(path)
-            except (FileNotFoundError, NotADirectoryError):
-                if name in known:
-                    gone.append(name)  # job.json vanished (a claim in progress, or removed)
-                continue
-            if known.get(name) == (st.st_ino, st.st_mtime_ns, st.st_size):
-                continue
-            row = _read_row(path, name, result)
+                same = identity(stat(f"{runs}/{job_id}/{JOB_FILE}")) == (ino, mtime_ns, size)
+            except OSError:
+                same = False  # gone or unreadable: read_row says which
+            if not same:
+                look[job_id] = dir_ino
+            elif done:
+                final.append(job_id)
+        for name, dir_ino in look.items():
+            row = read_row(root, runs, name, dir_ino, stat, result)
             if row is not None:
                 changed.append(row)
-            elif name in known:
-                gone.append(name)
-        listed = set(names)
-        gone.extend(k for k in known if k not in listed)
-        if changed or gone:
+            else:
+                pending[name] = dir_ino
+        if changed or gone or pending or final or listing is not None:
             with self.conn:
                 self.conn.executemany("DELETE FROM jobs WHERE id = ?", ((g,) for g in gone))
+                self.conn.executemany("DELETE FROM pending WHERE id = ?", ((g,) for g in gone))
                 self.conn.executemany(
-                    "INSERT OR REPLACE INTO jobs VALUES"
-                    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    changed,
+                    "DELETE FROM jobs WHERE id = ?", ((p,) for p in pending)
+                )  # job.json vanished or went bad: not a job now
+                self.conn.executemany(
+                    "DELETE FROM pending WHERE id = ?", ((r[0],) for r in changed)
                 )
+                self.conn.executemany(
+                    "INSERT OR REPLACE INTO pending VALUES (?, ?)", pending.items()
+                )
+                self.conn.executemany(_INSERT, changed)
+                self.conn.executemany(
+                    "UPDATE jobs SET final = 1 WHERE id = ?", ((f,) for f in final)
+                )
+                if listing is not None:
+                    self.conn.executemany(
+                        "INSERT OR REPLACE INTO meta VALUES (?, ?)", self._stamp.items()
+                    )
         result.read = len(changed)
         result.removed = len(gone)
         return result
 
-    def jobs(self) -> list[JobSummary]:
-        """Every indexed job, oldest id first."""
-        cur = self.conn.execute(f"SELECT {_COLUMNS} FROM jobs ORDER BY id")  # noqa: S608
-        return [_summary(row) for row in cur]
+    def _listing(self, runs: str, stat: Stat, result: RefreshResult) -> dict[str, int] | None:
+        """``{name: directory inode}`` of every run directory, or None if ``runs/``
+        has not changed since the last listing (the rows already say what is there)."""
+        now = time.time_ns()
+        try:
+            st = stat(runs)
+        except FileNotFoundError:
+            self._stamp = {"runs_ino": 0, "runs_mtime_ns": 0}
+            return {}
+        before = dict(self.conn.execute("SELECT key, value FROM meta"))
+        racy = st.st_mtime_ns >= now - RACY_NS
+        self._stamp = {"runs_ino": st.st_ino, "runs_mtime_ns": 0 if racy else st.st_mtime_ns}
+        if before == self._stamp and not racy:
+            return None
+        listing: dict[str, int] = {}
+        try:
+            with os.scandir(runs) as it:
+                for e in it:
+                    if e.name.startswith(".") or not e.is_dir(follow_symlinks=False):
+                        continue
+                    if e.name.isascii() or _utf8(e.name):
+                        listing[e.name] = e.inode()
+                    else:
+                        result.corrupt.append(_NOT_UTF8.format(path=os.fsencode(e.path)))
+        except FileNotFoundError:
+            pass
+        result.listed = len(listing)
+        return listing
+
+    def jobs(self, wanted: JobFilter | None = None) -> list[JobSummary]:
+        """The indexed jobs ``wanted`` lets through (all by default), oldest id first."""
+        where, params = _where(wanted)
+        cur = self.conn.execute(
+            f"SELECT {_COLUMNS} FROM jobs{where} ORDER BY id",  # noqa: S608 - our own text
+            params,
+        )
+        rows = [_summary(row) for row in cur]
+        if wanted is not None and wanted.names:
+            rows = [j for j in rows if wanted.matches(j)]  # globs: fnmatch, any letter case
+        return rows
 
     def raw(self, ids: Iterable[str]) -> Iterator[str]:
         """The job.json text (as last read) of each of ``ids``, in id order, streamed."""
-        keep = set(ids)
-        for job_id, text in self.conn.execute("SELECT id, raw FROM jobs ORDER BY id"):
-            if job_id in keep:
-                yield text
+        with self.conn:
+            self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS wanted (id TEXT PRIMARY KEY)")
+            self.conn.execute("DELETE FROM wanted")
+            self.conn.executemany("INSERT OR IGNORE INTO wanted VALUES (?)", ((i,) for i in ids))
+        for (text,) in self.conn.execute(
+            "SELECT raw FROM jobs WHERE id IN (SELECT id FROM wanted) ORDER BY id"
+        ):
+            yield text
 
     def stamps(self) -> dict[str, tuple[int, int, int]]:
         """Each job's ``(inode, mtime_ns, size)`` of job.json as last read: compare two to see
@@ -208,6 +283,43 @@ class JobIndex:
         return out
 
 
+_NOT_UTF8 = (
+    "{path!r}: not a run directory hopper made (its name is not UTF-8), so it is not"
+    " listed;  hint: rename or remove it"
+)
+
+
+def _utf8(name: str) -> bool:
+    """False for a name with bytes that are not UTF-8 (os.fsdecode's surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _where(wanted: JobFilter | None) -> tuple[str, list[Any]]:
+    """The SQL of ``wanted``'s state, agent, group and since tests (names stay in Python)."""
+    if wanted is None:
+        return "", []
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column, values in (
+        ("state", sorted(s.value for s in wanted.states)),
+        ("agent", sorted(wanted.agents)),
+        ("grp", sorted(wanted.groups)),
+    ):
+        if values:
+            clauses.append(f"{column} IN ({', '.join('?' * len(values))})")
+            params.extend(values)
+    if wanted.since is not None:  # core/selection.touched_since
+        clauses.append(
+            f"(state IN ({', '.join('?' * len(_ACTIVE))}) OR created_at >= ? OR finished_at >= ?)"
+        )
+        params.extend([*_ACTIVE, wanted.since, wanted.since])
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
 def _connect(path: Path | None) -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:" if path is None else str(path), timeout=30)
     try:
@@ -216,10 +328,13 @@ def _connect(path: Path | None) -> sqlite3.Connection:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version != INDEX_VERSION:
             with conn:
-                conn.execute("DROP TABLE IF EXISTS jobs")
-                conn.execute(_SCHEMA)
+                for table in ("jobs", "pending", "meta"):
+                    conn.execute(f"DROP TABLE IF EXISTS {table}")
+                for statement in _SCHEMA:
+                    conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {INDEX_VERSION}")
-        conn.execute("SELECT count(*) FROM jobs WHERE rowid = 1").fetchone()
+        for table in ("jobs", "pending", "meta"):
+            conn.execute(f"SELECT count(*) FROM {table} WHERE rowid = 1").fetchone()  # noqa: S608
     except sqlite3.DatabaseError:
         conn.close()
         raise
@@ -232,50 +347,6 @@ def _remove(path: Path) -> None:
             os.unlink(f"{path}{suffix}")
         except FileNotFoundError:
             pass
-
-
-def _read_row(path: str, name: str, result: RefreshResult) -> tuple[Any, ...] | None:
-    """Read one job.json; its stat is taken from the open file, so it matches the text."""
-    try:
-        data, st = read_stat(Path(path), RECORD_LIMIT)  # no link, FIFO, huge file: saferead
-    except FileNotFoundError:
-        return None
-    except UnreadableFile as exc:
-        result.corrupt.append(exc.render().replace("\n", ";"))
-        return None
-    try:
-        record = JobRecord.model_validate_json(data)
-    except ValidationError as exc:
-        result.corrupt.append(f"{path}: not a valid job record: {exc.errors()[0]['msg']}")
-        return None
-    if record.id != name:
-        result.corrupt.append(f"{path}: records id {record.id!r}, not its directory's name")
-    s = summarize(record)
-    u = s.usage
-    return (
-        name,
-        st.st_ino,
-        st.st_mtime_ns,
-        st.st_size,
-        s.name,
-        s.agent,
-        s.state.value,
-        s.reason,
-        s.group,
-        s.attempt,
-        s.created_at,
-        s.started_at,
-        s.finished_at,
-        s.heartbeat_at,
-        s.duration_seconds,
-        u is not None,
-        u.input_tokens if u else None,
-        u.output_tokens if u else None,
-        u.cache_read_tokens if u else None,
-        u.cache_write_tokens if u else None,
-        u.cost_usd if u else None,
-        data.decode("utf-8", "replace"),
-    )
 
 
 def _summary(row: tuple[Any, ...]) -> JobSummary:
@@ -292,7 +363,7 @@ def _summary(row: tuple[Any, ...]) -> JobSummary:
         finished_at=row[9],
         heartbeat_at=row[10],
         duration_seconds=row[11],
-        usage=Usage.model_construct(
+        usage=UsageFigures(
             input_tokens=row[13],
             output_tokens=row[14],
             cache_read_tokens=row[15],

@@ -11,9 +11,8 @@ import os
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hopper.core.record import ExitStatus, JobRecord, Resources
 from hopper.errors import JobFileCorrupt
 from hopper.store.atomic import append_line, write_atomic
 from hopper.store.saferead import (
@@ -22,6 +21,9 @@ from hopper.store.saferead import (
     UnreadableFile,
     read_model,
 )
+
+if TYPE_CHECKING:  # the models load on first read: `hopper status` never needs them
+    from hopper.core.record import ExitStatus, JobRecord, Resources
 
 JOB_FILE = "job.json"
 EXIT_FILE = "exit.json"
@@ -39,6 +41,8 @@ def read_record(run_dir: Path) -> JobRecord:
     Read safely (store/saferead.py): a FIFO, a link, a huge or unreadable
     job.json is a :class:`JobFileCorrupt`, never a hang or another exception.
     """
+    from hopper.core.record import JobRecord
+
     path = run_dir / JOB_FILE
     try:
         return read_model(JobRecord, path, RECORD_LIMIT, hint=_RECORD_HINT)
@@ -74,6 +78,8 @@ def read_exit(run_dir: Path) -> ExitStatus | None:
     regular file holding a valid exit record (a job can write into its run
     directory); the message says which.
     """
+    from hopper.core.record import ExitStatus
+
     try:
         return read_model(ExitStatus, run_dir / EXIT_FILE, SMALL_LIMIT, hint=_EXIT_HINT)
     except FileNotFoundError:
@@ -89,6 +95,8 @@ _EXIT_HINT = (
 
 def read_resources(run_dir: Path) -> Resources | None:
     """The supervisor's latest measurement of the job's tree, or None (none yet, or torn)."""
+    from hopper.core.record import Resources
+
     try:
         return read_model(Resources, run_dir / RESOURCES_FILE, SMALL_LIMIT)
     except (OSError, UnreadableFile):

@@ -13,16 +13,31 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from hopper.core.jobid import prompt_stem
-from hopper.core.record import JobRecord
 from hopper.errors import JobFileCorrupt, JobNotFound
 from hopper.store.claim import read_claim
 from hopper.store.inbox import scan
 from hopper.store.jobfile import JOB_FILE, iter_run_dirs, read_record
 from hopper.store.layout import Layout
 
+if TYPE_CHECKING:
+    from hopper.core.record import JobRecord
+
 OnCorrupt = Callable[[JobFileCorrupt], None]
+
+
+class Named(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+
+
+R = TypeVar("R", bound=Named)
+# run_dir -> its record (JobRecord, or the read path's JobView); raises as read_record
+Reader = Callable[[Path], R]
 
 
 def _ignore(_: JobFileCorrupt) -> None:
@@ -31,10 +46,15 @@ def _ignore(_: JobFileCorrupt) -> None:
 
 def read_all(layout: Layout, on_corrupt: OnCorrupt = _ignore) -> list[JobRecord]:
     """Every readable job record, oldest id first; a corrupt one goes to ``on_corrupt``."""
+    return read_every(layout, read_record, on_corrupt)
+
+
+def read_every(layout: Layout, read: Reader[R], on_corrupt: OnCorrupt = _ignore) -> list[R]:
+    """:func:`read_all` with another reader (``store/jobread.read_view``)."""
     records = []
     for run_dir in iter_run_dirs(layout.runs):
         try:
-            records.append(read_record(run_dir))
+            records.append(read(run_dir))
         except FileNotFoundError:
             continue  # a claim in progress
         except JobFileCorrupt as exc:
@@ -48,13 +68,18 @@ def find_job(layout: Layout, ref: str, on_corrupt: OnCorrupt = _ignore) -> JobRe
     Raises :class:`JobNotFound` when nothing matches or a prefix is ambiguous, and
     :class:`JobFileCorrupt` when the job named by its exact id has a broken record.
     """
+    return find_with(layout, ref, read_record, on_corrupt)
+
+
+def find_with(layout: Layout, ref: str, read: Reader[R], on_corrupt: OnCorrupt = _ignore) -> R:
+    """:func:`find_job` with another reader (``store/jobread.read_view``)."""
     key = ref.lower()
     if key and "/" not in key and not key.startswith("."):
         try:
-            return read_record(layout.run_dir(key))
+            return read(layout.run_dir(key))
         except FileNotFoundError:
             pass
-    records = read_all(layout, on_corrupt)
+    records = read_every(layout, read, on_corrupt)
     by_prefix = [r for r in records if key and r.id.startswith(key)]
     if len(by_prefix) == 1:
         return by_prefix[0]

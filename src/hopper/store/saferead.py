@@ -29,11 +29,12 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, TypeVar
 
 from hopper.errors import HopperError
+
+if TYPE_CHECKING:  # pydantic loads with the first model read, not with this module
+    from pydantic import BaseModel
 
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 CHUNK = 1 << 20
@@ -42,7 +43,7 @@ CHUNK = 1 << 20
 SMALL_LIMIT = 1 << 20
 RECORD_LIMIT = 4 << 20
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="BaseModel")
 
 
 class UnreadableFile(HopperError):
@@ -223,6 +224,8 @@ def read_json(path: Path, limit: int, *, dir_fd: int | None = None, hint: str = 
 
 def parse_model(model: type[M], data: bytes, path: Path, hint: str = "") -> M:
     """``data`` validated as ``model``; the first error names the field."""
+    from pydantic import ValidationError
+
     try:
         return model.model_validate_json(data)
     except ValidationError as exc:
