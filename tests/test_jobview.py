@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from hopper.core.jobview import (
+    CONTAINER_FIELDS,
+    CONTAINER_REQUIRED,
     FIELDS,
     HOOK_FIELDS,
     RESOURCE_FIELDS,
@@ -25,7 +27,7 @@ from hopper.core.jobview import (
     view_of,
     view_of_record,
 )
-from hopper.core.record import JobHooks, JobRecord, Resources, Usage
+from hopper.core.record import ContainerJob, JobHooks, JobRecord, Resources, Usage
 from hopper.core.states import JobState, Reason
 from hopper.errors import JobFileCorrupt
 from hopper.store.jobfile import read_record, write_record
@@ -46,7 +48,7 @@ def _kind(annotation: Any) -> str:
         named = {
             frozenset({1}): "version",
             frozenset({"none", "folder", "worktree"}): "workspace",
-            frozenset({"local", "slurm"}): "executor",
+            frozenset({"local", "slurm", "container"}): "executor",
             frozenset(
                 {"starting", "working", "waiting_for_input", "retrying", "api_error", "idle"}
             ): "agent_state",
@@ -63,6 +65,7 @@ def _kind(annotation: Any) -> str:
         Usage: "usage",
         Resources: "resources",
         JobHooks: "hooks",
+        ContainerJob: "container",
         list[str]: "strlist",
         dict[str, int | str]: "slurm",
     }
@@ -75,6 +78,13 @@ def test_the_field_table_is_the_models() -> None:
     assert {k: _kind(f.annotation) for k, f in Usage.model_fields.items()} == USAGE_FIELDS
     assert {k: _kind(f.annotation) for k, f in Resources.model_fields.items()} == RESOURCE_FIELDS
     assert tuple(JobHooks.model_fields) == HOOK_FIELDS
+    assert {k: _kind(f.annotation) for k, f in ContainerJob.model_fields.items()} == (
+        CONTAINER_FIELDS
+    )
+    required = {k for k, f in ContainerJob.model_fields.items() if f.is_required()}
+    assert required == CONTAINER_REQUIRED
+    for model in (Usage, Resources, JobHooks):  # nested: every field may be left out
+        assert not [k for k, f in model.model_fields.items() if f.is_required()]
 
 
 def record(**update: Any) -> JobRecord:
@@ -102,6 +112,7 @@ RECORDS = [
     record(resources=Resources(cpu_seconds=1.5, peak_rss_bytes=10, rss_bytes=3)),
     record(hooks=JobHooks(on_success=["a", "b"]), after=["x"], permission_denials=["Bash"]),
     record(slurm_resources={"cpus": 2, "mem": "4G"}, executor="slurm", workspace="worktree"),
+    record(executor="container", container=ContainerJob(name="hopper-x", image="debian:12")),
     record(created_at=datetime(2026, 1, 2, 3, 4, 5)),  # naive: local time on both roads
     record(created_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=-5)))),
     record(name="\U0001f600 emoji", not_before=T0, last_activity_at=T0, session_paused=True),
@@ -142,6 +153,8 @@ ODD: list[bytes] = [
     json.dumps(_doc(resources={"cpu_seconds": None})).encode(),
     json.dumps(_doc(hooks={"on_success": "x"})).encode(),
     json.dumps(_doc(slurm_resources={"cpus": 1.5})).encode(),
+    json.dumps(_doc(container={"name": "x"})).encode(),  # image missing: refused
+    json.dumps(_doc(container={"name": "x", "image": "i", "cpus": "2"})).encode(),
     json.dumps(_doc(exit_code=1 << 70)).encode(),
     json.dumps(_doc(name="\ud800")).encode(),  # a lone surrogate escape
     json.dumps(_doc(name="x\udc80y"), ensure_ascii=True).encode(),

@@ -39,7 +39,7 @@ AGENT_STATES = frozenset(
     ("starting", "working", "waiting_for_input", "retrying", "api_error", "idle")
 )
 WORKSPACES = frozenset(("none", "folder", "worktree"))
-EXECUTORS = frozenset(("local", "slurm"))
+EXECUTORS = frozenset(("local", "slurm", "container"))
 _INT_BOUND = 1 << 63
 # What pydantic writes for a datetime; fromisoformat reads it to the same instant.
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?(Z|[+-]\d\d:\d\d)?")
@@ -101,6 +101,7 @@ FIELDS: dict[str, str] = {
     "executor": "executor",
     "slurm_job_id": "str?",
     "slurm_resources": "slurm",
+    "container": "container?",
     "hooks": "hooks?",
     "retry_of": "str?",
 }
@@ -118,6 +119,14 @@ RESOURCE_FIELDS: dict[str, str] = {
     "rss_bytes": "int?",
     "processes": "int?",
 }
+CONTAINER_FIELDS: dict[str, str] = {
+    "name": "str",
+    "image": "str",
+    "mounts": "strlist",
+    "network": "str?",
+    "cpus": "int?",
+}
+CONTAINER_REQUIRED = frozenset(("name", "image"))
 HOOK_FIELDS = ("on_success", "on_failure", "on_finish")
 
 
@@ -261,6 +270,8 @@ def _check(kind: str, value: Any) -> None:
         ok = _check_object(value, USAGE_FIELDS)
     elif kind == "resources":
         ok = _check_object(value, RESOURCE_FIELDS)
+    elif kind == "container":
+        ok = _check_object(value, CONTAINER_FIELDS) and value.keys() >= CONTAINER_REQUIRED
     elif kind == "hooks":
         ok = type(value) is dict and all(k in HOOK_FIELDS for k in value)
         for v in value.values() if ok else ():
