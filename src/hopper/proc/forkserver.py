@@ -150,16 +150,26 @@ class Server:
             reaped = True
             if not self.send(b"exit %d %d" % (pid, status)):
                 return False
-        if reaped and os.getppid() == self.watcher:
+        if reaped:
+            self.wake_watcher()
+        return True
+
+    def wake_watcher(self) -> None:
+        if os.getppid() == self.watcher:
             try:
                 os.kill(self.watcher, signal.SIGCHLD)
             except ProcessLookupError:
                 pass
-        return True
 
     def send(self, msg: bytes) -> bool:
         try:
-            self.ctrl.send(msg)
+            try:
+                self.ctrl.send(msg, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                # Full of reports the watcher has not read (many supervisors
+                # exited at once): wake it to read them, then wait for room.
+                self.wake_watcher()
+                self.ctrl.send(msg)
         except OSError:
             return False  # the watcher has gone
         return True

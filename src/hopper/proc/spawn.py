@@ -360,6 +360,7 @@ def read_pid(proc: Supervisor) -> int:
     except (ValueError, KeyError, TypeError):
         proc.kill()
         proc.wait()
+        _close(proc)
         raise SpawnFailed(0, f"the supervisor broke the handshake (said {line[:200]!r})") from None
 
 
