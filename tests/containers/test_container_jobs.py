@@ -85,7 +85,9 @@ def test_env_mount_workdir_live_log_and_no_secret_on_a_command_line(
     run_dir = only_run(layout)
     log = run_dir / "job.log"
     wait_for(lambda: log.exists() and log.read_text() == "first\n", what="the live first line")
-    assert state_of(run_dir) is JobState.RUNNING
+    running = read_record(run_dir)
+    assert running.state is JobState.RUNNING and running.container is not None
+    assert containers_of(layout) == [running.container.name] == [f"hopper-{running.id}"]
     for proc in psutil.process_iter(["cmdline"]):
         assert SECRET not in " ".join(proc.info["cmdline"] or []), proc.info["cmdline"]
     (work / "gate").touch()
