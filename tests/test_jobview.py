@@ -22,6 +22,7 @@ from hopper.core.jobview import (
     CONTAINER_REQUIRED,
     FIELDS,
     HOOK_FIELDS,
+    REQUIRED,
     RESOURCE_FIELDS,
     USAGE_FIELDS,
     view_of,
@@ -81,6 +82,7 @@ def test_the_field_table_is_the_models() -> None:
     assert {k: _kind(f.annotation) for k, f in ContainerJob.model_fields.items()} == (
         CONTAINER_FIELDS
     )
+    assert {k for k, f in JobRecord.model_fields.items() if f.is_required()} == REQUIRED
     required = {k for k, f in ContainerJob.model_fields.items() if f.is_required()}
     assert required == CONTAINER_REQUIRED
     for model in (Usage, Resources, JobHooks):  # nested: every field may be left out
@@ -127,6 +129,16 @@ def test_what_hopper_writes_reads_the_same_on_both_roads(rec: JobRecord) -> None
     assert fast == view_of_record(JobRecord.model_validate_json(data))
 
 
+def test_left_out_fields_take_the_models_defaults_on_the_fast_road() -> None:
+    full = json.loads(record(attempt=4, detail="x", agent_state="idle").model_dump_json())
+    minimal = {k: v for k, v in full.items() if k in REQUIRED}
+    data = json.dumps(minimal).encode()  # an older hopper's job.json: fewer fields
+    fast = parse_view(data)
+    assert fast is not None
+    assert fast == view_of_record(JobRecord.model_validate_json(data))
+    assert fast.summary.attempt == 1 and fast.detail is None
+
+
 def _doc(**changes: Any) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(record().model_dump_json())
     for key, value in changes.items():
@@ -140,6 +152,7 @@ def _doc(**changes: Any) -> dict[str, Any]:
 ODD: list[bytes] = [
     json.dumps(_doc(usage=KeyError)).encode(),  # a field left out: the model's default
     json.dumps(_doc(extra=1)).encode(),  # unknown field: the model refuses it
+    json.dumps(_doc(host=KeyError)).encode(),  # a required field missing: refused
     json.dumps(_doc(attempt="2")).encode(),  # lax int from a string: the model takes it
     json.dumps(_doc(attempt=True)).encode(),
     json.dumps(_doc(attempt=2.0)).encode(),

@@ -4,9 +4,10 @@ Theory of operation: ``hopper status``, ``events`` and ``logs`` start a fresh
 interpreter each time, and importing pydantic and building :class:`JobRecord`
 costs ten times the rest of the command. So they read job.json with the
 standard library, through :func:`view_of`: it accepts only a record in the
-shape hopper writes (``JobRecord.model_dump_json``: every field present, each
-value of its exact JSON type, datetimes in the one ISO form pydantic emits,
-no surrogate escapes, no NaN, no duplicate-sensitive oddity) and returns
+shape hopper writes (``JobRecord.model_dump_json``: the model's fields and no
+other, the required ones present, each value of its exact JSON type,
+datetimes in the one ISO form pydantic emits, no surrogate escapes, no NaN)
+and returns
 ``None`` for anything else. A ``None`` sends the caller down the old road
 (validate with the model), so any record the fast check cannot vouch for
 gets exactly today's treatment, error messages included.
@@ -105,6 +106,10 @@ FIELDS: dict[str, str] = {
     "hooks": "hooks?",
     "retry_of": "str?",
 }
+# The fields without a default: a record without one of them is refused. A field
+# left out takes the model's default (None; ``attempt``: 1), as pydantic reads it:
+# job.json written by an older hopper, before a field was added, stays fast.
+REQUIRED = frozenset(("id", "name", "state", "agent", "host", "inbox_path", "created_at"))
 USAGE_FIELDS: dict[str, str] = {
     "input_tokens": "int?",
     "output_tokens": "int?",
@@ -165,7 +170,7 @@ class NotCanonical(Exception):
 def view_of(doc: object) -> JobView | None:
     """``doc`` (a parsed job.json) as a :class:`JobView`, or None if it is not in
     the exact shape hopper writes; then validate it with the model instead."""
-    if not isinstance(doc, dict) or len(doc) != len(FIELDS):
+    if not isinstance(doc, dict) or not doc.keys() >= REQUIRED:
         return None
     try:
         for key, value in doc.items():
@@ -175,8 +180,9 @@ def view_of(doc: object) -> JobView | None:
             _check(kind, value)
     except NotCanonical:
         return None
-    usage = doc["usage"]
-    reason = _REASONS[doc["reason"]] if doc["reason"] is not None else None
+    usage = doc.get("usage")
+    reason_text = doc.get("reason")
+    reason = _REASONS[reason_text] if reason_text is not None else None
     summary = JobSummary(
         id=doc["id"],
         name=doc["name"],
@@ -184,12 +190,12 @@ def view_of(doc: object) -> JobView | None:
         state=_STATES[doc["state"]],
         reason=reason.value if reason else None,
         group=group_of(doc["inbox_path"]),
-        attempt=doc["attempt"],
+        attempt=doc.get("attempt", 1),  # the model's default
         created_at=datetime.fromisoformat(doc["created_at"]).timestamp(),
-        started_at=_epoch(doc["started_at"]),
-        finished_at=_epoch(doc["finished_at"]),
-        heartbeat_at=_epoch(doc["heartbeat_at"]),
-        duration_seconds=_float(doc["duration_seconds"]),
+        started_at=_epoch(doc.get("started_at")),
+        finished_at=_epoch(doc.get("finished_at")),
+        heartbeat_at=_epoch(doc.get("heartbeat_at")),
+        duration_seconds=_float(doc.get("duration_seconds")),
         usage=None
         if usage is None
         else UsageFigures(
@@ -202,10 +208,10 @@ def view_of(doc: object) -> JobView | None:
     )
     return JobView(
         summary=summary,
-        detail=doc["detail"],
-        processed_path=doc["processed_path"],
-        agent_state=doc["agent_state"],
-        error_kind=doc["error_kind"],
+        detail=doc.get("detail"),
+        processed_path=doc.get("processed_path"),
+        agent_state=doc.get("agent_state"),
+        error_kind=doc.get("error_kind"),
         reason=reason,
     )
 
