@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "scripts" / "bench"
-SECTIONS = ("throughput", "latency", "running", "backlog", "events_tail", "cli")
+SECTIONS = ("throughput", "latency", "running", "backlog", "events_tail", "cli", "status")
 
 
 def positive(summary: dict[str, float] | None, what: str) -> None:
@@ -86,9 +86,15 @@ def test_bench_quick(tmp_path: Path) -> None:
 
     cli = data["cli"]
     assert cli["jobs"] >= 100
-    for key in ("bare_python_ms", "help_ms", "status_ms", "events_tail_ms"):
+    for key in ("bare_python_ms", "help_ms", "status_ms", "events_tail_ms", "logs_ms"):
         positive(cli[key], f"cli {key}")
     assert "hopper status (" in result.stdout
+    status = data["status"]
+    assert status["runs"] >= 1000 and status["filtered_rows"] >= 1
+    assert status["changed_behind"] >= 1  # and the bench checked every change was shown
+    for key in ("cold_s", "warm_filtered_s", "warm_table_s", "warm_json_s", "after_change_s"):
+        positive(status[key], f"status {key}")
+    assert "7. hopper status over" in result.stdout
 
     leftovers = [p for p in tmp_path.iterdir() if p.name.startswith("hopper-bench-")]
     assert leftovers == [], "the bench must remove its temporary directory"

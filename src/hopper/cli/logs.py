@@ -16,7 +16,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopper.cli.common import (
     EXIT_FAILED,
@@ -26,15 +26,16 @@ from hopper.cli.common import (
     read_context,
     warn,
 )
-from hopper.cli.status import load_jobs
 from hopper.core.jobview import JobView
 from hopper.core.states import JobState, is_terminal
-from hopper.store.index import JobIndex
 from hopper.store.jobfile import LOG_FILE
 from hopper.store.jobread import read_view
 from hopper.store.layout import Layout
 from hopper.store.saferead import open_regular
 from hopper.store.tail import read_new_lines, tail_lines
+
+if TYPE_CHECKING:
+    from hopper.store.index import JobIndex
 
 FOLLOW_INTERVAL = 0.2
 ALL_INTERVAL = 0.5
@@ -150,6 +151,8 @@ def _unterminated(path: Path, offset: int) -> bytes:
 
 
 def follow_all(layout: Layout, sink: Prefixer, follow: bool, stop: threading.Event) -> None:
+    from hopper.cli.status import load_jobs  # --all only: `logs ID` needs no index
+
     index: JobIndex
     index, jobs = load_jobs(layout)
     with index:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -28,7 +27,7 @@ _NOT_A_FILE = frozenset({errno.ELOOP, errno.ENXIO, errno.EISDIR})
 
 
 def temp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    return path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
 
 
 def open_dir(path: Path, *, follow: bool) -> int:
@@ -85,7 +84,7 @@ def displace(name: str, dir_fd: int) -> str:
     For things a job planted where hopper keeps a file of its own (a
     symlink, a FIFO, a directory): moved, never followed, never deleted.
     """
-    aside = f".{name}.displaced.{secrets.token_hex(4)}"
+    aside = f".{name}.displaced.{os.urandom(4).hex()}"
     os.rename(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     return aside
 

@@ -28,7 +28,6 @@ it is never consulted without a refresh first.
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
 import time
@@ -45,7 +44,13 @@ from hopper.store.layout import Layout
 
 __all__ = ["INDEX_FILE", "JobIndex", "RefreshResult"]
 
-log = logging.getLogger(__name__)
+
+def _log(level: str, message: str, *args: object) -> None:
+    """Rare events (an index rebuilt); logging loads only then: status starts lighter."""
+    import logging
+
+    getattr(logging.getLogger(__name__), level)(message, *args)
+
 
 INDEX_FILE = "index.sqlite"
 INDEX_VERSION = 3
@@ -117,9 +122,9 @@ class JobIndex:
             return cls(_connect(path), layout, path)
         except sqlite3.DatabaseError as exc:
             if not path.exists() or not os.access(path.parent, os.W_OK):
-                log.debug("index %s unusable (%s); using memory", path, exc)
+                _log("debug", "index %s unusable (%s); using memory", path, exc)
                 return cls(_connect(None), layout, None)
-            log.warning("index %s is corrupt (%s); rebuilding it", path, exc)
+            _log("warning", "index %s is corrupt (%s); rebuilding it", path, exc)
             _remove(path)
             return cls(_connect(path), layout, path)
         except PermissionError:
@@ -141,7 +146,7 @@ class JobIndex:
         except sqlite3.DatabaseError as exc:
             if self.path is None:
                 raise
-            log.warning("index %s failed (%s); rebuilding it", self.path, exc)
+            _log("warning", "index %s failed (%s); rebuilding it", self.path, exc)
             self.conn.close()
             try:
                 _remove(self.path)

@@ -15,10 +15,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from hopper.core.jobid import prompt_stem
 from hopper.errors import JobFileCorrupt, JobNotFound
-from hopper.store.claim import read_claim
-from hopper.store.inbox import scan
 from hopper.store.jobfile import JOB_FILE, iter_run_dirs, read_record
 from hopper.store.layout import Layout
 
@@ -121,6 +118,9 @@ class JobNotClaimed(JobNotFound):
 
 def claiming(layout: Layout, ref: str) -> list[Path]:
     """Run directories mid-claim (no job.json yet) of an inbox prompt whose stem is ``ref``."""
+    from hopper.core.jobid import prompt_stem
+    from hopper.store.claim import read_claim  # the not-found path only: keeps lookups light
+
     folded = ref.casefold()
     found = []
     for run_dir in iter_run_dirs(layout.runs):
@@ -134,5 +134,8 @@ def claiming(layout: Layout, ref: str) -> list[Path]:
 
 def unclaimed(layout: Layout, ref: str) -> list[Path]:
     """Inbox prompts whose file stem is ``ref`` (any letter case), in scan order."""
+    from hopper.core.jobid import prompt_stem
+    from hopper.store.inbox import scan
+
     folded = ref.casefold()
     return [c.path for c in scan(layout.inbox) if prompt_stem(c.path.name).casefold() == folded]
