@@ -174,3 +174,26 @@ def test_read_only_root_uses_memory(layout: Layout) -> None:
             assert [j.name for j in index.jobs()] == ["ro"]
     finally:
         os.chmod(layout.state_dir, 0o700)
+
+
+def test_group_of_reads_paths_as_pure_posix_path_does() -> None:
+    from pathlib import PurePosixPath
+
+    for path in (
+        "inbox/team/a/x.prompt.md",
+        "inbox//team/./x.prompt.md",
+        "./inbox/team/x.prompt.md",
+        "inbox/x.prompt.md",
+        "inbox/../x/y.prompt.md",
+        "team/x.prompt.md",
+        "x.prompt.md",
+        "inbox/team/",
+        "",
+        ".",
+        "/inbox/team/x",
+        "//inbox/team/x",
+    ):
+        parts = PurePosixPath(path).parts
+        if parts[:1] == ("inbox",):
+            parts = parts[1:]
+        assert group_of(path) == (parts[0] if len(parts) > 1 else ""), path

@@ -229,3 +229,18 @@ def test_sql_filters_select_what_the_python_filter_does(
         index.refresh()
         everything = index.jobs()
         assert index.jobs(wanted) == [j for j in everything if wanted.matches(j)]
+
+
+def test_a_bulk_read_gives_the_rows_the_fast_road_gives(
+    layout: Layout, jobs: list[JobRecord], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hopper.store.index as index_module
+
+    with JobIndex.open(layout) as index:
+        assert index.refresh().read == 22
+        fast = (index.jobs(), list(index.raw(j.id for j in jobs)), index.stamps())
+    (layout.state_dir / "index.sqlite").unlink()
+    monkeypatch.setattr(index_module, "BULK_READ", 1)  # every read through the model
+    with JobIndex.open(layout) as index:
+        assert index.refresh().read == 22
+        assert (index.jobs(), list(index.raw(j.id for j in jobs)), index.stamps()) == fast

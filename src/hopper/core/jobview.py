@@ -24,6 +24,7 @@ Pure: a parsed JSON value in, a :class:`JobView` or ``None`` out.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -163,49 +164,48 @@ class JobView:
         return self.summary.started_at
 
 
-class NotCanonical(Exception):
-    """The value is not in the shape hopper writes (internal: becomes ``None``)."""
-
-
 def view_of(doc: object) -> JobView | None:
     """``doc`` (a parsed job.json) as a :class:`JobView`, or None if it is not in
     the exact shape hopper writes; then validate it with the model instead."""
     if not isinstance(doc, dict) or not doc.keys() >= REQUIRED:
         return None
-    try:
-        for key, value in doc.items():
-            kind = FIELDS.get(key)
-            if kind is None:
-                return None
-            _check(kind, value)
-    except NotCanonical:
-        return None
+    for key, value in doc.items():
+        if value is None:
+            if key in _NULLABLE:
+                continue
+            return None
+        check = _CHECKS.get(key)
+        if check is None or not check(value):
+            return None
     usage = doc.get("usage")
     reason_text = doc.get("reason")
     reason = _REASONS[reason_text] if reason_text is not None else None
-    summary = JobSummary(
-        id=doc["id"],
-        name=doc["name"],
-        agent=doc["agent"],
-        state=_STATES[doc["state"]],
-        reason=reason.value if reason else None,
-        group=group_of(doc["inbox_path"]),
-        attempt=doc.get("attempt", 1),  # the model's default
-        created_at=datetime.fromisoformat(doc["created_at"]).timestamp(),
-        started_at=_epoch(doc.get("started_at")),
-        finished_at=_epoch(doc.get("finished_at")),
-        heartbeat_at=_epoch(doc.get("heartbeat_at")),
-        duration_seconds=_float(doc.get("duration_seconds")),
-        usage=None
-        if usage is None
-        else UsageFigures(
-            input_tokens=usage.get("input_tokens"),
-            output_tokens=usage.get("output_tokens"),
-            cache_read_tokens=usage.get("cache_read_tokens"),
-            cache_write_tokens=usage.get("cache_write_tokens"),
-            cost_usd=_float(usage.get("cost_usd")),
-        ),
-    )
+    try:
+        summary = JobSummary(
+            id=doc["id"],
+            name=doc["name"],
+            agent=doc["agent"],
+            state=_STATES[doc["state"]],
+            reason=reason.value if reason else None,
+            group=group_of(doc["inbox_path"]),
+            attempt=doc.get("attempt", 1),  # the model's default
+            created_at=datetime.fromisoformat(doc["created_at"]).timestamp(),
+            started_at=_epoch(doc.get("started_at")),
+            finished_at=_epoch(doc.get("finished_at")),
+            heartbeat_at=_epoch(doc.get("heartbeat_at")),
+            duration_seconds=_float(doc.get("duration_seconds")),
+            usage=None
+            if usage is None
+            else UsageFigures(
+                input_tokens=usage.get("input_tokens"),
+                output_tokens=usage.get("output_tokens"),
+                cache_read_tokens=usage.get("cache_read_tokens"),
+                cache_write_tokens=usage.get("cache_write_tokens"),
+                cost_usd=_float(usage.get("cost_usd")),
+            ),
+        )
+    except (ValueError, OverflowError, OSError):  # not an instant: the model decides
+        return None
     return JobView(
         summary=summary,
         detail=doc.get("detail"),
@@ -236,73 +236,98 @@ def _float(value: int | float | None) -> float | None:
     return None if value is None else float(value)
 
 
-def _check(kind: str, value: Any) -> None:
-    if kind.endswith("?"):
-        if value is None:
-            return
-        kind = kind[:-1]
-    if kind == "str":
-        ok = type(value) is str
-    elif kind == "int":
-        ok = type(value) is int and -_INT_BOUND < value < _INT_BOUND
-    elif kind == "float":
-        ok = (type(value) is int and -_INT_BOUND < value < _INT_BOUND) or (
-            type(value) is float and value - value == 0.0  # finite: no NaN, no inf
-        )
-    elif kind == "bool":
-        ok = type(value) is bool
-    elif kind == "time":
-        ok = type(value) is str and _TIME.fullmatch(value) is not None and _parses(value)
-    elif kind == "state":
-        ok = type(value) is str and value in _STATES
-    elif kind == "reason":
-        ok = type(value) is str and value in _REASONS
-    elif kind == "agent_state":
-        ok = type(value) is str and value in AGENT_STATES
-    elif kind == "workspace":
-        ok = type(value) is str and value in WORKSPACES
-    elif kind == "executor":
-        ok = type(value) is str and value in EXECUTORS
-    elif kind == "version":
-        ok = type(value) is int and value == 1
-    elif kind == "strlist":
-        ok = type(value) is list and all(type(v) is str for v in value)
-    elif kind == "slurm":
-        ok = type(value) is dict and all(
-            type(v) is str or (type(v) is int and -_INT_BOUND < v < _INT_BOUND)
-            for v in value.values()
-        )
-    elif kind == "usage":
-        ok = _check_object(value, USAGE_FIELDS)
-    elif kind == "resources":
-        ok = _check_object(value, RESOURCE_FIELDS)
-    elif kind == "container":
-        ok = _check_object(value, CONTAINER_FIELDS) and value.keys() >= CONTAINER_REQUIRED
-    elif kind == "hooks":
-        ok = type(value) is dict and all(k in HOOK_FIELDS for k in value)
-        for v in value.values() if ok else ():
-            _check("strlist?", v)
-    else:  # pragma: no cover - FIELDS names only the kinds above
-        raise AssertionError(kind)
-    if not ok:
-        raise NotCanonical(kind)
+Check = Callable[[Any], bool]
 
 
-def _check_object(value: Any, fields: dict[str, str]) -> bool:
-    """A nested model: known keys only (missing ones take the model's defaults)."""
-    if type(value) is not dict:
+def _int(v: Any) -> bool:
+    return type(v) is int and -_INT_BOUND < v < _INT_BOUND
+
+
+def _number(v: Any) -> bool:
+    return _int(v) or (type(v) is float and v - v == 0.0)  # finite: no NaN, no inf
+
+
+def _time_form(v: Any) -> bool:
+    """The form only: view_of parses the summary's times itself (a bad date fails there)."""
+    return type(v) is str and _TIME.fullmatch(v) is not None
+
+
+def _time(v: Any) -> bool:
+    if type(v) is not str or _TIME.fullmatch(v) is None:
         return False
-    for key, item in value.items():
-        kind = fields.get(key)
-        if kind is None:
-            return False
-        _check(kind, item)
-    return True
-
-
-def _parses(text: str) -> bool:
     try:
-        datetime.fromisoformat(text).timestamp()
-    except (ValueError, OverflowError, OSError):
+        datetime.fromisoformat(v)
+    except ValueError:
         return False
     return True
+
+
+def _one_of(values: Iterable[str]) -> Check:
+    allowed = frozenset(values)
+    return lambda v: type(v) is str and v in allowed
+
+
+def _strlist(v: Any) -> bool:
+    return type(v) is list and all(type(i) is str for i in v)
+
+
+def _object(fields: dict[str, str], required: frozenset[str] = frozenset()) -> Check:
+    """A nested model: known keys only (left-out ones take the model's defaults)."""
+    checks = {k: _checker(kind) for k, kind in fields.items()}
+
+    def check(v: Any) -> bool:
+        if type(v) is not dict or not v.keys() >= required:
+            return False
+        for key, item in v.items():
+            one = checks.get(key)
+            if one is None or not one(item):
+                return False
+        return True
+
+    return check
+
+
+def _slurm(v: Any) -> bool:
+    return type(v) is dict and all(type(i) is str or _int(i) for i in v.values())
+
+
+_SIMPLE: dict[str, Check] = {
+    "str": lambda v: type(v) is str,
+    "int": _int,
+    "float": _number,
+    "bool": lambda v: type(v) is bool,
+    "time": _time,
+    "version": lambda v: type(v) is int and v == 1,
+    "strlist": _strlist,
+    "slurm": _slurm,
+    "state": _one_of(_STATES),
+    "reason": _one_of(_REASONS),
+    "agent_state": _one_of(AGENT_STATES),
+    "workspace": _one_of(WORKSPACES),
+    "executor": _one_of(EXECUTORS),
+}
+
+
+def _checker(kind: str) -> Check:
+    if kind.endswith("?"):
+        inner = _checker(kind[:-1])
+        return lambda v: v is None or inner(v)
+    if kind in _SIMPLE:
+        return _SIMPLE[kind]
+    if kind == "usage":
+        return _object(USAGE_FIELDS)
+    if kind == "resources":
+        return _object(RESOURCE_FIELDS)
+    if kind == "container":
+        return _object(CONTAINER_FIELDS, CONTAINER_REQUIRED)
+    if kind == "hooks":
+        return _object(dict.fromkeys(HOOK_FIELDS, "strlist?"))
+    raise AssertionError(kind)  # pragma: no cover - FIELDS names only the kinds above
+
+
+# Built once: one call per field of a record, None skipped where the model allows it.
+_CHECKS: dict[str, Check] = {k: _checker(kind) for k, kind in FIELDS.items()}
+_CHECKS["created_at"] = _time_form
+for _key in ("started_at", "finished_at", "heartbeat_at"):
+    _CHECKS[_key] = _time_form  # None is let through before the check
+_NULLABLE = frozenset(k for k, kind in FIELDS.items() if kind.endswith("?"))

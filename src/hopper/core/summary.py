@@ -53,7 +53,10 @@ def group_of(inbox_path: str) -> str:
 
     A prompt dropped at the top of the inbox has no group (``""``).
     """
-    parts = PurePosixPath(inbox_path).parts
+    if inbox_path.startswith("/"):
+        parts: tuple[str, ...] = PurePosixPath(inbox_path).parts
+    else:  # PurePosixPath's parts without building one: empty and "." pieces dropped
+        parts = tuple(p for p in inbox_path.split("/") if p and p != ".")
     if parts[:1] == ("inbox",):
         parts = parts[1:]
     return parts[0] if len(parts) > 1 else ""

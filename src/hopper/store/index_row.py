@@ -44,10 +44,21 @@ def identity(st: os.stat_result) -> tuple[int, int, int]:
 
 
 def read_row(
-    root: Path, runs: str, name: str, dir_ino: int, stat: Stat, result: RefreshResult
+    root: Path,
+    runs: str,
+    name: str,
+    dir_ino: int,
+    stat: Stat,
+    result: RefreshResult,
+    *,
+    bulk: bool = False,
 ) -> tuple[Any, ...] | None:
     """The index row of ``runs/name`` (None: no usable job.json; a problem goes to
-    ``result.corrupt``). Its stat is taken from the open file, so it matches the text."""
+    ``result.corrupt``). Its stat is taken from the open file, so it matches the text.
+
+    ``bulk``: many files to read (a cold build): the model validates them, which
+    costs ~0.3 s to load and then less per file than the standard-library check
+    (both give the same view: tests/test_jobview.py)."""
     path = f"{runs}/{name}/{JOB_FILE}"
     try:
         data, st = read_stat(Path(path), RECORD_LIMIT)  # no link, FIFO, huge file: saferead
@@ -56,7 +67,7 @@ def read_row(
     except UnreadableFile as exc:
         result.corrupt.append(exc.render().replace("\n", ";"))
         return None
-    view = parse_view(data)
+    view = None if bulk else parse_view(data)
     if view is None:
         view = _validated(data, path, result)
         if view is None:
@@ -119,7 +130,7 @@ def finalized(
         return False
     if os.path.lexists(f"{runs}/{name}/{PROMPT_FILE}"):
         return False  # not moved yet: finalize may still write job.json
-    return os.path.lexists(root / processed_path)
+    return os.path.lexists(os.path.join(root, processed_path))
 
 
 def _unchanged(path: str, read: tuple[int, int, int], stat: Stat) -> bool:
