@@ -1,8 +1,8 @@
 """``hopper status``: a table of jobs, or ``--json`` with job.json's exact fields.
 
 Listings come from the status index (``store/index.py``), refreshed from the
-run directories on every call, so they stay fast with 100,000 jobs and are
-never staler than the files.
+run directories on every call (every job not yet final is checked; final ones
+are trusted), so they stay fast with 100,000 jobs; filters run in SQL.
 """
 
 from __future__ import annotations
