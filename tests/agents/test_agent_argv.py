@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hopper.agents.argv import build_argv, in_container
+from hopper.agents import claude, codex, custom
+from hopper.agents.argv import CLIS, UnknownKind, cli_for, turn_argv
 from hopper.agents.base import JobContext
 from hopper.agents.drive import SPEC_FILE
 from hopper.agents.registry import builtin_agents
+from hopper.agents.stream import DIALECTS
 from hopper.config import Config
 from hopper.core import prompt as prompts
 
@@ -77,7 +82,7 @@ CUSTOM = {
     ],
     "args": ["--extra", "{workdir}"],  # extra args are never templated
 }
-# no message_file (the driver always sets one), no job_id, args null
+# no job_id, args null, the turn's message the prompt file
 CUSTOM_NOMSG = {
     **{k: v for k, v in CUSTOM.items() if k not in ("message_file", "job_id")},
     "args": None,
@@ -274,21 +279,14 @@ CASES: list[Case] = [
 ]
 
 
-def turn_argv(spec: dict[str, Any], session_id: str | None, resume: bool) -> list[str]:
-    """What the driver runs for one turn: the CLI's argv, in the job's container if any."""
-    argv = build_argv(spec, session_id, resume)
-    if spec.get("container"):
-        argv = in_container(argv, spec["container"])
-    return argv
-
-
 @pytest.mark.parametrize(
     ("spec", "session_id", "resume", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
 )
 def test_the_argv_of_every_turn_is_unchanged(
     spec: dict[str, Any], session_id: str | None, resume: bool, expected: str
 ) -> None:
-    assert turn_argv(spec, session_id, resume) == shlex.split(expected)
+    message = Path(spec.get("message_file") or spec["prompt_file"])
+    assert turn_argv(spec, message, session_id, resume) == shlex.split(expected)
 
 
 CONFIG = {
@@ -383,3 +381,57 @@ def test_each_adapter_writes_the_same_driver_spec(
     written = prep.files[SPEC_FILE]
     written = written.replace(str(tmp_path / "home"), "<home>").replace(str(tmp_path), "<root>")
     assert written == json.dumps(expected_spec(agent, session), indent=2) + "\n"
+
+
+def test_the_driver_loads_no_pydantic() -> None:
+    """The driver starts for every agent job: the CLIs it imports are standard library."""
+    code = "import sys, hopper.agents.drive; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert {"hopper.agents.claude", "hopper.agents.codex", "hopper.agents.custom"} <= set(out)
+    assert not [m for m in out if m == "pydantic" or m.startswith(("pydantic.", "hopper.config"))]
+
+
+def test_claude_gets_a_fresh_conversation_id_for_every_turn_that_starts_one() -> None:
+    first, second = (
+        claude.CLAUDE.session_for_turn(None, False),
+        claude.CLAUDE.session_for_turn("u-1", False),
+    )
+    assert first and second and first != second != "u-1"
+    assert str(uuid.UUID(first)) == first
+    assert claude.CLAUDE.session_for_turn("u-1", True) == "u-1"
+
+
+@pytest.mark.parametrize("cli", [codex.CODEX, custom.CUSTOM])
+def test_codex_and_custom_agents_keep_the_known_session(cli: Any) -> None:
+    assert cli.session_for_turn("t-1", False) == cli.session_for_turn("t-1", True) == "t-1"
+    assert cli.session_for_turn(None, False) is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "dialect"),
+    [
+        ({"kind": "claude", "format": "codex-jsonl"}, "claude"),
+        ({"kind": "codex"}, "codex"),
+        ({"kind": "custom", "format": "claude-jsonl"}, "claude"),
+        ({"kind": "custom", "format": "codex-jsonl"}, "codex"),
+        ({"kind": "custom", "format": "text"}, "text"),
+    ],
+)
+def test_each_cli_names_its_stream_dialect(spec: dict[str, Any], dialect: str) -> None:
+    assert cli_for(spec).dialect(spec) == dialect
+    assert (dialect in DIALECTS) == (dialect != "text")
+
+
+def test_the_clis_are_found_by_their_spec_kind() -> None:
+    assert CLIS == {"claude": claude.CLAUDE, "codex": codex.CODEX, "custom": custom.CUSTOM}
+
+
+@pytest.mark.parametrize("kind", ["gemini", None, 3])
+def test_an_unknown_kind_names_the_spec_and_what_to_do(kind: object) -> None:
+    with pytest.raises(UnknownKind) as caught:
+        cli_for({"kind": kind, "run_dir": "/r/runs/j1"})
+    text = str(caught.value)
+    assert "agent.spec.json in /r/runs/j1" in text and repr(kind) in text
+    assert "claude, codex, custom" in text and "hopper retry" in text

@@ -1,64 +1,61 @@
-"""The agent CLI's argument vector for one run. Pure: the standard library and hopper.core.
+"""The agent CLIs by driver-spec kind, and the argv of one turn. Pure: the standard
+library and hopper.core.
 
-The prompt is never part of it: it goes on stdin (or, for a custom agent, in
-the ``{prompt_file}`` it names).
+Each CLI's own flags live in its module (agents/claude.py, codex.py, custom.py);
+this one looks the CLI up and puts a turn in the job's container when it has one.
+The prompt is never part of an argv: it goes on stdin (or, for a custom agent,
+in the ``{prompt_file}`` it names).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from hopper.agents.base import Cli
+from hopper.agents.claude import CLAUDE
+from hopper.agents.codex import CODEX
+from hopper.agents.custom import CUSTOM
 from hopper.core.mounts import Mount, MountMap
 
+CLIS: dict[str, Cli] = {cli.kind: cli for cli in (CLAUDE, CODEX, CUSTOM)}
 
-def build_argv(spec: dict[str, Any], session_id: str | None, resume: bool) -> list[str]:
+
+class UnknownKind(ValueError):
+    """agent.spec.json names a kind of CLI this hopper does not know."""
+
+
+def cli_for(spec: Mapping[str, Any]) -> Cli:
+    """The CLI a driver spec (agent.spec.json) runs."""
+    kind = spec.get("kind")
+    cli = CLIS.get(kind) if isinstance(kind, str) else None
+    if cli is None:
+        raise UnknownKind(
+            f"agent.spec.json in {spec.get('run_dir')}: unknown agent kind {kind!r} "
+            f"(known: {', '.join(CLIS)}); it was written by another version of hopper: "
+            "retry the job (hopper retry) to prepare it afresh"
+        )
+    return cli
+
+
+def build_argv(spec: Mapping[str, Any], session_id: str | None, resume: bool) -> list[str]:
     """The CLI's argv for one run of the driver ``spec`` (see ``hopper.agents.drive``)."""
-    kind = spec["kind"]
-    binary = str(spec["bin"])
-    extra = [str(a) for a in spec.get("args") or []]
-    if kind == "claude":
-        # partial messages: text reaches job.log as it streams (2.1.197 and later)
-        argv = [binary, "-p", "--output-format", "stream-json", "--verbose"]
-        argv.append("--include-partial-messages")
-        if spec.get("permission_mode"):
-            argv += ["--permission-mode", str(spec["permission_mode"])]
-        if spec.get("model"):
-            argv += ["--model", str(spec["model"])]
-        if session_id:
-            argv += ["--resume" if resume else "--session-id", session_id]
-        return argv + extra
-    if kind == "codex":
-        argv = [binary, "exec", "--json", "--skip-git-repo-check"]
-        sandbox = spec.get("sandbox")
-        if sandbox == "bypass":
-            argv.append("--dangerously-bypass-approvals-and-sandbox")
-        elif sandbox:
-            argv += ["-s", str(sandbox)]
-        if spec.get("model"):
-            argv += ["-m", str(spec["model"])]
-        argv += extra
-        if resume and session_id:
-            argv += ["resume", session_id]
-        return [*argv, "-"]
-    # a custom agent: its argv template, placeholders filled (whole arguments only)
-    values = {
-        "prompt_file": str(spec.get("message_file") or spec["prompt_file"]),
-        "workdir": str(spec["workdir"]),
-        "run_dir": str(spec["run_dir"]),
-        "session_id": session_id or "",
-        "job_id": str(spec.get("job_id") or ""),
-    }
-    out: list[str] = []
-    for arg in spec["argv"]:
-        text = str(arg)
-        for key, value in values.items():
-            text = text.replace("{" + key + "}", value)
-        out.append(text)
-    return out + extra
+    return cli_for(spec).argv(spec, session_id, resume)
 
 
-def in_container(argv: list[str], container: dict[str, Any]) -> list[str]:
+def turn_argv(
+    spec: Mapping[str, Any], message: Path, session_id: str | None, resume: bool
+) -> list[str]:
+    """What the driver runs for one turn whose message is in ``message``: the CLI's argv,
+    in the job's container when ``executor = "container"``."""
+    argv = build_argv({**spec, "message_file": str(message)}, session_id, resume)
+    container = spec.get("container")
+    return in_container(argv, container) if container else argv
+
+
+def in_container(argv: list[str], container: Mapping[str, Any]) -> list[str]:
     """``argv`` run in the job's container: the wrapper prefix, then ``argv`` with host
     paths translated through the job's mounts. A CLI found on the host by absolute path
     (not under a mount) is called by its bare name: the image has its own copy on PATH."""

@@ -1,12 +1,23 @@
-"""The one small interface every agent adapter implements."""
+"""The two small interfaces of agents: an adapter prepares a job, a CLI is run by the driver.
+
+Standard library only at run time (the rest under ``TYPE_CHECKING``): the driver
+(``python -I -m hopper.agents.drive``) imports this module through the CLIs and
+must start fast, without pydantic.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from hopper.core.prompt import PromptSpec
+if TYPE_CHECKING:
+    from hopper.config import AgentConfig
+    from hopper.core.prompt import PromptSpec
+
+# The job's ``${job.id}`` … values applied to a configured argv.
+Fill = Callable[[Sequence[str]], list[str]]
 
 
 @dataclass(frozen=True)
@@ -40,3 +51,34 @@ class Agent(Protocol):
     def prepare(self, job: JobContext) -> Preparation:
         """Build the run; raise :class:`hopper.core.prompt.BadPrompt` for unusable input."""
         ...
+
+
+class Cli(Protocol):
+    """One agent CLI the driver runs (agents/claude.py, codex.py, custom.py): what hopper
+    knows about it, on both sides of ``agent.spec.json``. Standard library only."""
+
+    kind: str  # its name in agent.spec.json
+    # Its command, looked up on PATH or in tools/agents unless ``[agents.NAME] bin`` is
+    # set; None when the configured argv template names it.
+    binary: str | None
+
+    def spec_keys(self, config: AgentConfig, fill: Fill) -> dict[str, Any]:
+        """What it adds to agent.spec.json (after ``bin``), from its config table."""
+        ...
+
+    def argv(self, spec: Mapping[str, Any], session_id: str | None, resume: bool) -> list[str]:
+        """Its argv for one turn. Never the prompt: that goes on stdin, or in a file."""
+        ...
+
+    def dialect(self, spec: Mapping[str, Any]) -> str:
+        """What its stdout speaks: ``claude`` or ``codex`` JSON lines, or ``text``."""
+        ...
+
+    def session_for_turn(self, session_id: str | None, resume: bool) -> str | None:
+        """The session id to call it with for one turn (``session_id``: the one known)."""
+        ...
+
+
+def extra_args(spec: Mapping[str, Any]) -> list[str]:
+    """``[agents.NAME] args``, as written into the spec (already filled), appended."""
+    return [str(a) for a in spec.get("args") or []]

@@ -10,25 +10,51 @@ JSON lines in Claude's (``claude-jsonl``) or Codex's (``codex-jsonl``) shape.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from hopper.agents.base import JobContext, Preparation
-from hopper.agents.driven import prepare_driven
-from hopper.config import AgentConfig
-from hopper.core.templates import expand_argv
+from hopper.agents.base import Fill, extra_args
+
+if TYPE_CHECKING:
+    from hopper.config import AgentConfig
 
 
-@dataclass
-class CustomAgent:
-    name: str
-    config: AgentConfig
+class Custom:
+    kind = "custom"
+    binary: str | None = None  # the template's first word
 
-    def prepare(self, job: JobContext) -> Preparation:
-        assert self.config.argv
-        extra = {
-            "bin": self.config.argv[0],
-            "argv": expand_argv(self.config.argv, job.values),
-            "format": self.config.format,
-            "stdin": self.config.stdin,
+    def spec_keys(self, config: AgentConfig, fill: Fill) -> dict[str, Any]:
+        assert config.argv  # the registry makes a custom agent only of a table with one
+        return {
+            "bin": config.argv[0],
+            "argv": fill(config.argv),
+            "format": config.format,
+            "stdin": config.stdin,
         }
-        return prepare_driven(job, self.name, "custom", self.config, extra)
+
+    def argv(self, spec: Mapping[str, Any], session_id: str | None, resume: bool) -> list[str]:
+        # placeholders filled inside each argument (one never becomes two); the
+        # turn's message (a nudge after the first) is the {prompt_file}
+        values = {
+            "prompt_file": str(spec.get("message_file") or spec["prompt_file"]),
+            "workdir": str(spec["workdir"]),
+            "run_dir": str(spec["run_dir"]),
+            "session_id": session_id or "",
+            "job_id": str(spec.get("job_id") or ""),
+        }
+        out: list[str] = []
+        for arg in spec["argv"]:
+            text = str(arg)
+            for key, value in values.items():
+                text = text.replace("{" + key + "}", value)
+            out.append(text)
+        return out + extra_args(spec)
+
+    def dialect(self, spec: Mapping[str, Any]) -> str:
+        return str(spec.get("format")).removesuffix("-jsonl")
+
+    def session_for_turn(self, session_id: str | None, resume: bool) -> str | None:
+        return session_id
+
+
+CUSTOM = Custom()

@@ -42,13 +42,12 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hopper.agents import sessionmap
-from hopper.agents.argv import build_argv, in_container
+from hopper.agents.argv import cli_for, turn_argv
 from hopper.agents.groupstop import GroupStop
 from hopper.agents.livestate import LiveState, iso
 from hopper.agents.policy import (
@@ -58,11 +57,11 @@ from hopper.agents.policy import (
     idle_nudge_text,
     retry_delay,
 )
-from hopper.agents.stream import StreamState, parse_line, shorten
+from hopper.agents.stream import DIALECTS, StreamState, parse_line, shorten
 from hopper.core.agent_outcome import judge, live_action, retryable
 from hopper.store.atomic import write_atomic
 
-__all__ = ["RESULT_FILE", "SPEC_FILE", "SUMMARY_FILE", "build_argv"]
+__all__ = ["RESULT_FILE", "SPEC_FILE", "SUMMARY_FILE"]
 
 SPEC_FILE = "agent.spec.json"
 STREAM_FILE = "agent.jsonl"
@@ -88,12 +87,11 @@ class RunResult:
 class Driver:
     def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = spec
-        self.kind = str(spec["kind"])
+        self.cli = cli_for(spec)
         self.run_dir = Path(spec["run_dir"])
         self.workdir = str(spec["workdir"])
-        self.dialect = self.kind if self.kind in ("claude", "codex") else str(spec.get("format"))
-        self.dialect = self.dialect.removesuffix("-jsonl")
-        self.structured = self.dialect in ("claude", "codex")
+        self.dialect = self.cli.dialect(spec)
+        self.structured = self.dialect in DIALECTS
         self.stopping = False
         self.signals: list[int] = []  # stop signals received, to forward to the CLI's group
         self.proc: subprocess.Popen[bytes] | None = None
@@ -150,9 +148,7 @@ class Driver:
 
     # -- one CLI run --------------------------------------------------------------
     def run_agent(self, message: Path, session_id: str | None, resume: bool) -> RunResult:
-        argv = build_argv({**self.spec, "message_file": str(message)}, session_id, resume)
-        if self.spec.get("container"):  # executor = "container": this turn runs in it
-            argv = in_container(argv, self.spec["container"])
+        argv = turn_argv(self.spec, message, session_id, resume)
         state = StreamState(self.dialect)
         self.event("agent_started", argv0=argv[0], resume=resume, session_id=session_id)
         self.say(f"[hopper] {'resuming' if resume else 'starting'} {self.spec.get('agent_name')}")
@@ -336,10 +332,7 @@ class Driver:
         backoff = float(self.spec.get("retry_backoff") or 0.0)
         attempt = 0
         while True:
-            sid = session_id
-            if self.kind == "claude" and not resume:
-                sid = str(uuid.uuid4())  # a fresh conversation id for every new-session run
-            res = self.run_agent(message, sid, resume)
+            res = self.run_agent(message, self.cli.session_for_turn(session_id, resume), resume)
             self._account(res)
             if self.stopping or res.ok or res.idle or not retryable(res.kind) or attempt >= retries:
                 return res

@@ -1,4 +1,7 @@
-"""What the Claude, Codex and custom adapters share: a job run by the agent driver.
+"""The adapter of every agent the driver runs (Claude, Codex, custom): one class, one CLI.
+
+What differs between them is the CLI's (agents/claude.py, codex.py, custom.py):
+its command, the keys it adds to the spec, its argv and stream.
 
 An agent job's argv is ``python -I -m hopper.agents.drive <run_dir>/agent.spec.json``;
 the spec (written into the run dir, never containing the environment or any
@@ -12,11 +15,12 @@ import os
 import shutil
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hopper.agents import npm, sessionmap
-from hopper.agents.base import JobContext, Preparation
+from hopper.agents.base import Cli, JobContext, Preparation
 from hopper.agents.drive import SPEC_FILE
 from hopper.config import AgentConfig
 from hopper.core.prompt import BadPrompt
@@ -134,3 +138,19 @@ def prepare_driven(
         },
         stop_signals=[signal.SIGINT, signal.SIGTERM],
     )
+
+
+@dataclass
+class DrivenAgent:
+    """``[agents.NAME]`` run by the driver through ``cli``."""
+
+    name: str
+    cli: Cli
+    config: AgentConfig
+
+    def prepare(self, job: JobContext) -> Preparation:
+        extra: dict[str, Any] = {}
+        if self.cli.binary is not None:
+            extra["bin"] = find_binary(self.cli.binary, self.config.bin)
+        extra.update(self.cli.spec_keys(self.config, lambda argv: expand_argv(argv, job.values)))
+        return prepare_driven(job, self.name, self.cli.kind, self.config, extra)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from hopper.agents.base import Agent
 from hopper.agents.bash import BashAgent
-from hopper.agents.claude import ClaudeAgent
-from hopper.agents.codex import CodexAgent
-from hopper.agents.custom import CustomAgent
+from hopper.agents.claude import CLAUDE
+from hopper.agents.codex import CODEX
+from hopper.agents.custom import CUSTOM
+from hopper.agents.driven import DrivenAgent
 from hopper.config import AgentConfig, Config
 
 PLANNED: frozenset[str] = frozenset()
@@ -30,12 +31,12 @@ def builtin_agents(config: Config | None = None) -> dict[str, Agent]:
     tables = config.agents if config is not None else {}
     agents: dict[str, Agent] = {
         "bash": BashAgent(),
-        "claude": ClaudeAgent(tables.get("claude", AgentConfig())),
-        "codex": CodexAgent(tables.get("codex", AgentConfig())),
+        "claude": DrivenAgent("claude", CLAUDE, tables.get("claude", AgentConfig())),
+        "codex": DrivenAgent("codex", CODEX, tables.get("codex", AgentConfig())),
     }
     for name, table in tables.items():
         if table.argv:
-            agents[name] = CustomAgent(name, table)
+            agents[name] = DrivenAgent(name, CUSTOM, table)
     return agents
 
 

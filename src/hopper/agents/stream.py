@@ -59,6 +59,9 @@ class LiveError(NamedTuple):
     text: str
 
 
+# The JSON-lines dialects StreamState reads; any other stdout is copied to job.log as text.
+DIALECTS = frozenset({"claude", "codex"})
+
 # Tools with which a headless agent asks the human something (nobody will answer).
 ASKING_TOOLS = frozenset({"AskUserQuestion"})
 
