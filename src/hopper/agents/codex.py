@@ -1,7 +1,8 @@
 """Codex (``codex exec --json``), run by the agent driver; the prompt goes on stdin (``-``).
 
 Codex names its own thread; hopper resumes it with ``exec … resume ID``. Its
-stream is the ``codex`` dialect (agents/stream.py).
+stream is the ``codex`` dialect, read by :func:`read_stream` (also for a custom
+agent with ``format = "codex-jsonl"``).
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from hopper.agents.base import Fill, extra_args
+from hopper.agents.streamtext import TEXT_CHARS, LiveError, indent, shorten
+from hopper.core.agent_outcome import error_kind
 
 if TYPE_CHECKING:
+    from hopper.agents.stream import StreamState
     from hopper.config import AgentConfig
 
 
@@ -44,3 +48,72 @@ class Codex:
 
 
 CODEX = Codex()
+
+
+# -- its stream: exec --json, the "codex" dialect ----------------------------------------
+def read_stream(state: StreamState, obj: dict[str, Any]) -> list[str]:
+    """One object of Codex's stream into ``state``; the job.log lines it renders to."""
+    kind = obj.get("type")
+    if kind == "thread.started":
+        state.session_id = obj.get("thread_id")
+        return [f"[codex] thread {state.session_id}"]
+    if kind == "turn.started":
+        state.num_turns = (state.num_turns or 0) + 1
+        return []
+    if kind in ("item.started", "item.completed"):
+        return _item(state, kind, obj.get("item") or {})
+    if kind == "turn.completed":
+        state.completed = True
+        usage = obj.get("usage") or {}
+        state.usage = {
+            "input_tokens": usage.get("input_tokens"),
+            "output_tokens": usage.get("output_tokens"),
+            "cache_read_tokens": usage.get("cached_input_tokens"),
+            "cache_write_tokens": usage.get("cache_write_input_tokens"),
+        }
+        return [
+            f"[result] done, {usage.get('input_tokens')} in / "
+            f"{usage.get('output_tokens')} out tokens"
+        ]
+    if kind == "error":
+        message = str(obj.get("message") or "")
+        if message.startswith("Reconnecting"):
+            state.api_retries += 1
+            state.live.append(LiveError(error_kind(None, message), None, message))
+            return [f"[retry] {message}"]
+        state.error = message
+        return [f"[error] {message}"]
+    if kind == "turn.failed":
+        state.failed = True
+        message = str((obj.get("error") or {}).get("message") or state.error or "turn failed")
+        state.error = message
+        state.error_kind = error_kind(None, message)
+        return [f"[result] error: {message}"]
+    return []
+
+
+def _item(state: StreamState, kind: str, item: dict[str, Any]) -> list[str]:
+    itype = item.get("type")
+    if itype == "command_execution":
+        if kind == "item.started":
+            state.tool_calls += 1
+            return [f"[tool] shell: {item.get('command')}"]
+        out = shorten(str(item.get("aggregated_output") or ""))
+        tag = "[tool result]" if item.get("exit_code") == 0 else "[tool error]"
+        return [f"{tag} exit {item.get('exit_code')}\n{indent(out)}"]
+    if kind != "item.completed":
+        return []
+    if itype == "agent_message":
+        text = str(item.get("text") or "")
+        state.last_text = text
+        state.result = text
+        return [f"[assistant]\n{indent(shorten(text, TEXT_CHARS))}"]
+    if itype == "reasoning" and item.get("text"):
+        return [f"[thinking] {shorten(str(item['text']))}"]
+    if itype == "error":  # a warning item, not fatal
+        return [f"[warning] {item.get('message')}"]
+    if itype == "file_change":
+        changes = item.get("changes") or []
+        paths = ", ".join(str(c.get("path")) for c in changes if isinstance(c, dict))
+        return [f"[edit] {paths}"]
+    return []

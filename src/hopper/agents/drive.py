@@ -57,7 +57,8 @@ from hopper.agents.policy import (
     idle_nudge_text,
     retry_delay,
 )
-from hopper.agents.stream import DIALECTS, StreamState, parse_line, shorten
+from hopper.agents.stream import DIALECTS, StreamState, parse_line
+from hopper.agents.streamtext import shorten
 from hopper.core.agent_outcome import judge, live_action, retryable
 from hopper.store.atomic import write_atomic
 

@@ -14,7 +14,7 @@ matter or ``[agents.NAME]`` (docs/agents.md has an example of each):
 
 from __future__ import annotations
 
-from hopper.agents.stream import shorten
+from hopper.agents.streamtext import shorten
 
 CHECK_OUTPUT_CHARS = 6000
 MAX_RETRY_DELAY = 600.0  # seconds: no announced retry-after holds a job longer per attempt
