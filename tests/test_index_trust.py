@@ -7,11 +7,13 @@ stat'ed on each refresh, so a change behind the index always shows.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -244,3 +246,36 @@ def test_a_bulk_read_gives_the_rows_the_fast_road_gives(
     with JobIndex.open(layout) as index:
         assert index.refresh().read == 22
         assert (index.jobs(), list(index.raw(j.id for j in jobs)), index.stamps()) == fast
+
+
+def test_a_reference_is_looked_up_as_resolve_would_pick_it_from_every_row(
+    layout: Layout, jobs: list[JobRecord]
+) -> None:
+    from hopper.cli.status import resolve
+
+    odd = make(layout, 40).model_copy(update={"name": "Straße"})
+    write_record(layout.run_dir(odd.id), odd, durable=False)
+    refs = [jobs[3].id, jobs[3].id.upper(), jobs[3].id[:15], "2026", "JOB7", "job2", "STRASSE"]
+    refs += ["straße", "nothing", "", "20261122-1", "\U0010ffff", "job\ud7ff"]
+    with JobIndex.open(layout) as index:
+        index.refresh()
+        every = index.jobs()
+        for ref in refs:
+            assert index.named(ref) == resolve(every, ref), ref
+    assert len(resolve(every, "STRASSE")) == 1 and len(resolve(every, "2026")) == 23
+
+
+def test_status_of_one_job_loads_no_other_row(
+    layout: Layout, jobs: list[JobRecord], monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    from hopper.cli.main import main
+
+    def every_row(self: JobIndex, wanted: JobFilter | None = None) -> list[Any]:
+        raise AssertionError("every row loaded for one id")
+
+    monkeypatch.setattr(JobIndex, "jobs", every_row)
+    assert main(["status", "--root", str(layout.root), "JOB5"]) == 0
+    out = capsys.readouterr().out
+    assert jobs[5].id in out and jobs[6].id not in out
+    assert main(["status", "--root", str(layout.root), jobs[7].id[:17], "--json"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == [jobs[7].id]

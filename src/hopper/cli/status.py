@@ -89,10 +89,16 @@ def job_filter(args: argparse.Namespace, now: float) -> JobFilter:
 def load_jobs(layout: Layout, wanted: JobFilter | None = None) -> tuple[JobIndex, list[JobSummary]]:
     """The refreshed index (caller closes it) and the jobs ``wanted`` (all by default)
     lets through, oldest first; the filter runs in SQL."""
+    index = open_index(layout)
+    return index, index.jobs(wanted)
+
+
+def open_index(layout: Layout) -> JobIndex:
+    """The refreshed index (caller closes it); its problems are warned about."""
     index = JobIndex.open(layout)
     for problem in index.refresh().corrupt:
         warn(problem)
-    return index, index.jobs(wanted)
+    return index
 
 
 def resolve(jobs: list[JobSummary], ref: str) -> list[JobSummary]:
@@ -159,15 +165,18 @@ def handle(args: argparse.Namespace) -> int:
     except BadDuration as exc:
         warn(f"--since: {exc}")
         return EXIT_USAGE
-    index, jobs = load_jobs(layout, None if args.ids else wanted)
+    index, jobs = load_jobs(layout, wanted) if not args.ids else (open_index(layout), [])
     with index:
         code = 0
         pending: list[str] = []  # prompts named but still in the inbox
         if args.ids:
             named: dict[str, JobSummary] = {}
             for ref in args.ids:
-                found = resolve(jobs, ref)
-                if not GLOB_CHARS & set(ref):
+                if GLOB_CHARS & set(ref):
+                    jobs = jobs or index.jobs()  # a glob looks at every row, once
+                    found = resolve(jobs, ref)
+                else:  # an id, id prefix or name: looked up, not every row loaded
+                    found = index.named(ref)
                     code = max(code, report_unclaimed(layout, ref, bool(found), pending))
                 named.update((j.id, j) for j in found)
             jobs = [j for j in sorted(named.values(), key=lambda j: j.id) if wanted.matches(j)]

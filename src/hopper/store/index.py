@@ -38,7 +38,8 @@ from typing import Any
 from hopper.core.selection import JobFilter
 from hopper.core.states import TERMINAL_STATES, JobState
 from hopper.core.summary import JobSummary, UsageFigures
-from hopper.store.index_row import RefreshResult, Stat, finalized, identity, read_row
+from hopper.store.index_pool import read_rows
+from hopper.store.index_row import RefreshResult, Stat, finalized, identity
 from hopper.store.jobfile import JOB_FILE
 from hopper.store.layout import Layout
 
@@ -53,7 +54,7 @@ def _log(level: str, message: str, *args: object) -> None:
 
 
 INDEX_FILE = "index.sqlite"
-INDEX_VERSION = 3
+INDEX_VERSION = 4
 # A listing of runs/ within this long of runs/'s mtime is not trusted next time:
 # a directory made in the same coarse clock tick would not change the mtime.
 RACY_NS = 2_000_000_000
@@ -88,10 +89,12 @@ _SCHEMA = (
     cache_read_tokens INTEGER,
     cache_write_tokens INTEGER,
     cost_usd REAL,
-    raw TEXT NOT NULL
+    raw TEXT NOT NULL,
+    name_key TEXT NOT NULL
 )""",
     "CREATE INDEX jobs_live ON jobs (final) WHERE final = 0",
     "CREATE INDEX jobs_state ON jobs (state)",
+    "CREATE INDEX jobs_name ON jobs (name_key)",  # hopper status NAME: name.casefold()
     "CREATE TABLE pending (id TEXT PRIMARY KEY, dir_ino INTEGER NOT NULL)",
     "CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
 )
@@ -102,7 +105,7 @@ _COLUMNS = (
 )
 _INSERT = (
     "INSERT OR REPLACE INTO jobs VALUES"
-    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _ACTIVE = tuple(s.value for s in JobState if s not in TERMINAL_STATES)
 
@@ -164,9 +167,7 @@ class JobIndex:
         result = RefreshResult()
         runs = str(self.layout.runs)
         listing = self._listing(runs, stat, result)
-        changed: list[tuple[Any, ...]] = []
         gone: list[str] = []
-        pending: dict[str, int] = {}
         if listing is not None:
             known = dict(self.conn.execute("SELECT id, dir_ino FROM jobs"))
             waiting = dict(self.conn.execute("SELECT id, dir_ino FROM pending"))
@@ -174,7 +175,8 @@ class JobIndex:
             gone += [k for k in waiting if k not in listing]
             look = {n: i for n, i in listing.items() if known.get(n) != i}  # new, or pending
         else:
-            look = dict(self.conn.execute("SELECT id, dir_ino FROM pending"))
+            waiting = dict(self.conn.execute("SELECT id, dir_ino FROM pending"))
+            look = dict(waiting)
         skip = set(look)
         root = self.layout.root
         final: list[str] = []  # unchanged, and finalized since it was read
@@ -194,12 +196,7 @@ class JobIndex:
             elif done:
                 final.append(job_id)
         bulk = len(look) >= BULK_READ
-        for name, dir_ino in look.items():
-            row = read_row(root, runs, name, dir_ino, stat, result, bulk=bulk)
-            if row is not None:
-                changed.append(row)
-            else:
-                pending[name] = dir_ino
+        changed, pending = read_rows(root, runs, look, result, bulk=bulk)
         if changed or gone or pending or final or listing is not None:
             with self.conn:
                 self.conn.executemany("DELETE FROM jobs WHERE id = ?", ((g,) for g in gone))
@@ -208,7 +205,8 @@ class JobIndex:
                     "DELETE FROM jobs WHERE id = ?", ((p,) for p in pending)
                 )  # job.json vanished or went bad: not a job now
                 self.conn.executemany(
-                    "DELETE FROM pending WHERE id = ?", ((r[0],) for r in changed)
+                    "DELETE FROM pending WHERE id = ?",
+                    ((r[0],) for r in changed if r[0] in waiting),
                 )
                 self.conn.executemany(
                     "INSERT OR REPLACE INTO pending VALUES (?, ?)", pending.items()
@@ -265,6 +263,30 @@ class JobIndex:
         if wanted is not None and wanted.names:
             rows = [j for j in rows if wanted.matches(j)]  # globs: fnmatch, any letter case
         return rows
+
+    def named(self, ref: str) -> list[JobSummary]:
+        """The jobs a command-line reference names, as ``cli/status.resolve`` picks them
+        from every job, but looked up: the job whose id is ``ref`` (any letter case),
+        else those whose id starts with it or whose name is it in any letter case
+        (``casefold``), oldest id first. Not for globs."""
+        key = ref.lower()
+        cur = self.conn.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (key,))  # noqa: S608
+        exact = [_summary(row) for row in cur]
+        if exact:
+            return exact
+        if not key or ord(key[-1]) >= 0xD7FF:  # no upper bound to give: look at every id
+            return [
+                j
+                for j in self.jobs()
+                if j.id.startswith(key) or j.name.casefold() == ref.casefold()
+            ]
+        above = key[:-1] + chr(ord(key[-1]) + 1)  # every id starting with key sorts below it
+        cur = self.conn.execute(
+            f"SELECT {_COLUMNS} FROM jobs"  # noqa: S608 - our own text
+            " WHERE (id >= ? AND id < ?) OR name_key = ? ORDER BY id",
+            (key, above, ref.casefold()),
+        )
+        return [_summary(row) for row in cur]
 
     def raw(self, ids: Iterable[str]) -> Iterator[str]:
         """The job.json text (as last read) of each of ``ids``, in id order, streamed."""
