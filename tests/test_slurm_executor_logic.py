@@ -24,7 +24,7 @@ from hopper.core.slurm_parse import (
 )
 from hopper.core.states import Reason
 from hopper.executors import slurm_runner
-from hopper.executors.slurm_runner import SlurmJobs, StateView, slurm_request
+from hopper.executors.slurm_runner import SlurmExecutor, StateView, slurm_request
 from hopper.store.layout import Layout
 
 
@@ -131,8 +131,8 @@ def test_a_stray_job_slurm_finished_is_not_cancelled(
     """Every finished state counts (OUT_OF_MEMORY, NODE_FAIL … not only the usual four)."""
     cancelled: list[str] = []
     monkeypatch.setattr(slurm_runner, "cancel", lambda sid: cancelled.append(sid) or True)
-    runner = SimpleNamespace(layout=Layout(tmp_path), clock=SystemClock())
-    jobs = SlurmJobs(runner)  # type: ignore[arg-type]
+    ctx = SimpleNamespace(layout=Layout(tmp_path), clock=SystemClock())
+    jobs = SlurmExecutor(ctx)  # type: ignore[arg-type]
     listing = _Listing([SlurmJob("7", state, name="job-1"), SlurmJob("8", "RUNNING", "job-1")])
     (tmp_path / "runs" / "job-1").mkdir(parents=True)
     assert jobs.cancel_unrecorded("job-1", listing)

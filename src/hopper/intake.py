@@ -8,7 +8,7 @@ file goes to processed/ like any other.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -77,8 +77,6 @@ class Intake:
         self.agents = agents
         self.clock = clock
         self.ident = ident
-        # Called with every record this module finalizes (completion hooks).
-        self.on_final: Callable[[JobRecord, Path], None] | None = None
 
     def take(self, path: Path) -> JobRecord | None:
         """Claim and admit one inbox file; None if another watcher got it first."""
@@ -217,7 +215,7 @@ class Intake:
         now: datetime,
         fields: Mapping[str, object],
     ) -> JobRecord:
-        """End a job through store/finalize.py's terminal path, log it, run its hooks.
+        """End a job through store/finalize.py's terminal path and log it (hooks: Runner.ended).
 
         ``fields`` adds what the caller knows: ``finished_at``,
         ``duration_seconds`` and, together, ``exit_code`` and ``signal``.
@@ -251,6 +249,4 @@ class Intake:
             reason,
             detail,
         )
-        if self.on_final is not None:
-            self.on_final(final, run_dir)
         return final

@@ -31,7 +31,7 @@ from hopper.core.record import JobRecord
 from hopper.core.recovery import Action, RunSnapshot, decide
 from hopper.core.states import JobState, is_terminal
 from hopper.errors import JobFileCorrupt
-from hopper.executors.slurm_runner import StateView, read_exit_file
+from hopper.executors.protocol import Ended, How
 from hopper.proc import identity
 from hopper.runner import Runner
 from hopper.running import Running
@@ -143,23 +143,6 @@ def snapshot(
     )
 
 
-def with_slurm(snap: RunSnapshot, run_dir: Path, view: StateView) -> RunSnapshot:
-    """A recorded Slurm job that may be ours: add Slurm's view and the wrapper's record."""
-    record = snap.record
-    if (
-        record is None
-        or record.slurm_job_id is None
-        or record.state is not JobState.RUNNING
-        or snap.owner_alive
-    ):
-        return snap
-    return replace(
-        snap,
-        slurm=view.state(record.slurm_job_id),
-        slurm_exit=read_exit_file(run_dir, record.slurm_job_id),
-    )
-
-
 SETTLED_SECONDS = 2.0  # a directory mtime this old is trusted (coarse timestamps)
 KEEPALIVE_EVERY = 256  # run directories between keep-alive calls in a long pass
 
@@ -207,7 +190,8 @@ def reconcile(
     hundred directories so a long pass still sends heartbeats.
     """
     counts: dict[Action, int] = {}
-    view = runner.slurm.view = StateView()  # asks Slurm once, only if a record needs it
+    for executor in runner.executors.values():
+        executor.begin_recovery()  # Slurm: asked once, only if a record needs it
     runs = runner.layout.runs
     names = _run_names(runs)
     if filed is not None:
@@ -224,7 +208,7 @@ def reconcile(
         runner.guard.step(
             f"recover:{name}",
             lambda run_dir=run_dir, settled=settled: settled.append(  # type: ignore[misc]
-                _recover_one(run_dir, runner, clock, queued, hosts, view, counts)
+                _recover_one(run_dir, runner, clock, queued, hosts, counts)
             ),
             what=f"recovery of {run_dir}",
         )
@@ -258,7 +242,6 @@ def _recover_one(
     clock: Clock,
     queued: dict[str, JobRecord],
     hosts: HostView | None,
-    view: StateView,
     counts: dict[Action, int],
 ) -> bool:
     """Recover one run directory; True if it is settled (filed, or corrupt: left for a person)."""
@@ -273,7 +256,8 @@ def _recover_one(
     snap = snapshot(run_dir, ident.host, ident.owner, clock.time(), hosts, corrupt)
     if not snap.corrupt:
         runner.guard.clear(key)
-    snap = with_slurm(snap, run_dir, view)
+    if snap.record is not None:
+        snap = runner.executor_for(snap.record).observe(snap, run_dir)  # Slurm: its state
     action = decide(snap)
     if action is Action.NOTHING and snap.corrupt:
         return True  # logged once; looked at again when something in it changes
@@ -364,6 +348,8 @@ def _apply(
         rec = runner.intake.resume_claim(run_dir)
         if rec.state is JobState.QUEUED:
             queued[rec.id] = rec
+        else:  # rejected at claim: filed already; its hooks run
+            runner.ended(Ended(rec, run_dir, How.FILED))
     elif action is Action.COMPLETE_FINALIZE:
         assert record is not None and record.processed_path is not None
         move_prompt(runner.layout, run_dir, record.processed_path)
@@ -378,34 +364,29 @@ def _apply(
         )
     elif action is Action.TAKE_QUEUED:
         assert record is not None
-        if record.executor == "slurm" and not runner.slurm.cancel_unrecorded(
-            record.id, runner.slurm.view
-        ):
-            return  # Slurm did not answer: a submitted, unrecorded job may exist; next time
         if snap.same_host:
             identity.end_stale_supervisors(str(run_dir))
-            runner.containers.clear_stray(record, run_dir)  # created, never recorded
+        if not runner.executor_for(record).clear_strays(record, run_dir, snap.same_host):
+            return  # Slurm did not answer: a submitted, unrecorded job may exist; next time
         (run_dir / EXIT_FILE).unlink(missing_ok=True)  # a start abandoned by a crash
         queued[record.id] = record
     elif action is Action.REQUEUE:
         assert record is not None
         if snap.same_host:
             identity.end_stale_supervisors(str(run_dir))
-            runner.containers.clear_stray(record, run_dir)
+        if not runner.executor_for(record).clear_strays(record, run_dir, snap.same_host):
+            return
         rec = runner.requeue(record)
         queued[rec.id] = rec
-    elif action is Action.FINISH and snap.slurm is not None:
+    elif action in (Action.FINISH, Action.LOST):
+        # Finished while no watcher looked: ended the way a poll ends a job
+        # (retry or filed, leases, worktree, hooks) in Runner.ended.
         assert record is not None
-        runner.slurm.settle(Running(record, run_dir, None), snap.slurm, snap.slurm_exit)
-    elif action is Action.FINISH:
-        assert record is not None and snap.exit is not None
-        runner.finish(Running(record, run_dir, None), snap.exit)
+        executor = runner.executor_for(record)
+        lost = action is Action.LOST
+        end = executor.settle(Running(record, run_dir, None), snap, lost)
+        if end is not None:
+            runner.ended(end)
     elif action is Action.ADOPT:
         assert record is not None
         runner.adopt(record)
-    elif action is Action.LOST and snap.slurm is not None:
-        assert record is not None
-        runner.slurm.settle(Running(record, run_dir, None), snap.slurm, snap.slurm_exit)
-    elif action is Action.LOST:
-        assert record is not None
-        runner.lose(Running(record, run_dir, None))

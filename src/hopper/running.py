@@ -1,4 +1,4 @@
-"""A job this watcher is running: the value both executors keep per live job.
+"""A job this watcher is running: the value every executor keeps per live job.
 
 Its own module so the Slurm executor can build one without importing the runner
 (runner -> slurm_runner -> runner was an import cycle hidden by a lazy import).
@@ -6,11 +6,21 @@ Its own module so the Slurm executor can build one without importing the runner
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from hopper.core import lifecycle
+from hopper.core.lifecycle import Adopted
 from hopper.core.record import JobRecord
 from hopper.proc.spawn import Handle
+from hopper.store import ledger
+
+if TYPE_CHECKING:
+    from hopper.executors.protocol import Context
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -21,3 +31,11 @@ class Running:
     next_heartbeat: float = 0.0
     stop_sent: bool = False
     bad_exit: str | None = None  # why an exit.json found while it ran was not trusted
+
+
+def adopt(record: JobRecord, run_dir: Path, ctx: Context) -> Running:
+    """A job still running after a restart, owned by this watcher from now on."""
+    step = lifecycle.adopted(record, Adopted(ctx.clock.now(), ctx.owner))
+    owned = ledger.commit(run_dir, step, durable=False)
+    log.info("job=%s adopted pid=%s", record.id, record.pid)
+    return Running(owned, run_dir, None, ctx.clock.monotonic())

@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -34,29 +34,29 @@ from hopper.core.owner import Owner
 from hopper.core.record import JobRecord
 from hopper.core.recovery import Action
 from hopper.core.schedule import KnownJob, Limits, schedule
-from hopper.core.states import JobState, Reason
-from hopper.errors import JobFileCorrupt
-from hopper.hooks import HookRunner, HookSet, calls_for
+from hopper.core.states import Reason
+from hopper.endings import Endings
+from hopper.executors import registry
+from hopper.executors.protocol import Context, Ended, Executor, How
+from hopper.hooks import HookRunner
 from hopper.intake import Identity, Intake
-from hopper.loopguard import is_unwritable
+from hopper.loopguard import LoopGuard, is_unwritable
 from hopper.proc import identity
 from hopper.proc.openfiles import open_for_writing
-from hopper.proc.spawn import ForkServer
 from hopper.reconcile import FiledRuns, reconcile
-from hopper.runner import Runner
+from hopper.runner import Runner, holder_for
 from hopper.scaleout import ScaleOut
 from hopper.sdnotify import Notifier
 from hopper.store import ledger
 from hopper.store.claim import ClaimFailed
 from hopper.store.inbox import Candidate, candidate, in_scope, is_settled, scan
 from hopper.store.inbox_events import InboxEvents, InboxObserver
-from hopper.store.jobfile import ABORT_FILE, read_record
+from hopper.store.jobfile import ABORT_FILE
 from hopper.store.known import KnownJobs
 from hopper.store.layout import Layout
 from hopper.store.markers import read_pause, take_priority_request
 from hopper.store.takeover import taken_by
 from hopper.wake import Waker
-from hopper.workspace import remove_worktree
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,10 @@ class Watcher:
         clock: Clock | None = None,
         agents: dict[str, Agent] | None = None,
         host: str | None = None,
+        executors: Mapping[str, Executor] | None = None,
     ) -> None:
+        """``executors``: by name, instead of the registered ones (tests drive the
+        watcher in-process with a fake one and a fake clock)."""
         self.layout = layout
         self.config = config
         self.clock = clock or SystemClock()
@@ -91,14 +94,36 @@ class Watcher:
         self.ident = Identity(host=host, owner=Owner(host, os.getpid(), started).text())
         agents = agents or builtin_agents(config)
         self.intake = Intake(layout, config, agents, self.clock, self.ident)
-        self.runner = Runner(layout, config, self.intake, self.clock)
-        self.guard = self.runner.guard  # one set of failing steps, each logged once
+        self.guard = LoopGuard()  # one set of failing steps, each logged once
+        self.limits = Limits(
+            max_parallel=config.max_parallel,
+            agents=config.limits.agents,
+            agent_default=config.limits.agent_default,
+            groups=config.limits.groups,
+            group_default=config.limits.group_default,
+        )
+        self.scale = ScaleOut(layout, config, self.ident, self.clock, self.limits)
+        self.hooks = HookRunner(self.clock)
+        if executors is None:
+            ctx = Context(
+                layout,
+                config,
+                self.clock,
+                self.ident.host,
+                self.ident.owner,
+                self.guard,
+                holder_for(self.ident.owner),
+                agents,
+            )
+            executors = registry.build(ctx)
+        endings = Endings(config, self.intake, self.clock, self.hooks, agents)
+        self.runner = Runner(
+            layout, config, self.intake, self.clock, executors, self.scale, endings, self.guard
+        )
         self.degraded: str | None = None  # why the root takes no writes now (None: healthy)
         self._backlog: dict[Path, None] = {}  # complete prompts not yet claimed, in order
         self._last_beat = self.clock.monotonic()
         self._filed = FiledRuns()  # finished runs a reconcile pass need not read again
-        self.hooks = HookRunner(self.clock)
-        self.intake.on_final = self._run_hooks
         self.queued: dict[str, JobRecord] = {}
         self.waker = Waker()
         self.events = InboxEvents(self.waker.wake)
@@ -111,15 +136,7 @@ class Watcher:
         self._next_notify = 0.0
         self.notifier = Notifier()
         self._stop_deadline: float | None = None
-        self.limits = Limits(
-            max_parallel=config.max_parallel,
-            agents=config.limits.agents,
-            agent_default=config.limits.agent_default,
-            groups=config.limits.groups,
-            group_default=config.limits.group_default,
-        )
         self.known = KnownJobs(layout)
-        self.scale = ScaleOut(layout, config, self.ident, self.clock, self.limits)
         self._paused: frozenset[str] = frozenset()  # queued ids held only by PAUSE
 
     # -- lifecycle --------------------------------------------------------------
@@ -134,8 +151,7 @@ class Watcher:
         previous = self._install_signals()
         observer = InboxObserver(self.layout.inbox, self.events)
         observer.start()
-        self.runner.pool = ForkServer()
-        self._guarded("start-up: start the fork server", self.runner.pool.start)
+        self.runner.open()  # the local executor starts its fork server
         try:
             if self.degraded is None:
                 self._guarded("reconcile", self._reconcile)
@@ -164,7 +180,7 @@ class Watcher:
                 self.notifier.reloading()
             else:
                 self.notifier.stopping()
-            self.runner.pool.close()
+            self.runner.close()
             self._guarded("beat", lambda: self.scale.close(len(self.runner.running)))
             self.hooks.close(timeout=self.config.hooks.timeout)
             observer.stop()
@@ -244,18 +260,8 @@ class Watcher:
             self._guarded("start", self._start_queued)
             if self.clock.monotonic() >= self._next_reconcile:
                 self._guarded("reconcile", self._reconcile)
-        worktrees = {
-            i: j.record for i, j in self.runner.running.items() if j.record.workspace == "worktree"
-        }
         before = len(self.runner.running)
-        held = {i: j.record for i, j in self.runner.running.items()}
-        self._guarded("poll", self.runner.poll)
-        gone = self.runner.handed_over
-        held = {i: r for i, r in held.items() if i not in gone}  # their leases are not ours
-        gone.clear()
-        self._guarded("leases", lambda: self.scale.released(held, self.runner.running))
-        if worktrees:
-            self._guarded("workspace", lambda: self._after_poll(worktrees))
+        self._guarded("poll", self.runner.poll)  # ended jobs are handled in Runner.ended
         if len(self.runner.running) < before and not self.flags.stop:
             # A slot just freed: fill it now, not a poll_interval later.
             self._guarded("start", self._start_queued)
@@ -435,8 +441,12 @@ class Watcher:
         except ClaimFailed as exc:
             self._skip(path, str(exc))
             return
-        if record is not None and record.reason is None:
+        if record is None:
+            return
+        if record.reason is None:
             self.queued[record.id] = record
+        else:  # rejected at claim: filed already; its hooks run
+            self.runner.ended(Ended(record, self.layout.run_dir(record.id), How.FILED))
 
     def _skip(self, path: Path, why: str) -> None:
         if path not in self._skipped:
@@ -511,40 +521,11 @@ class Watcher:
             if record is None or not self._mine(job_id, record):
                 continue  # taken over while we were stopped: never start it twice
             del self.queued[job_id]
-            if not self.scale.acquire(record):
+            if not self.runner.start(record):
                 self.queued[job_id] = record  # another watcher took the slot first
-                continue
-            try:
-                self.runner.start(record)
-            except Exception as exc:  # costs this job, never the loop
-                self._start_failed(job_id, record, exc)
-            if job_id not in self.runner.running:
-                self.scale.release(record)  # it ended before it ran (workspace, bad prompt …)
-
-    def _start_failed(self, job_id: str, record: JobRecord, exc: Exception) -> None:
-        """A start that raised: the job fails with the error as its reason's detail."""
-        bug = "" if isinstance(exc, OSError) else " (a bug in hopper: please report it)"
-        self.guard.report(f"start:{job_id}", exc, what=f"job={job_id} could not start")
-        detail = f"could not start: {exc}{bug}"
-        self._guarded(
-            f"reject:{job_id}",
-            lambda: self._reject(job_id, record, Reason.SPAWN_FAILED, detail),
-        )
 
     def _reject(self, job_id: str, record: JobRecord, reason: Reason, detail: str) -> None:
-        self.intake.reject(self.layout.run_dir(job_id), record, reason, detail)
-
-    def _run_hooks(self, record: JobRecord, run_dir: Path) -> None:
-        """Queue the completion hooks a finalized job triggers (job's own win per kind)."""
-        conf, own = self.config.hooks, record.hooks
-        hooks = HookSet(
-            on_success=(own and own.on_success) or conf.on_success,
-            on_failure=(own and own.on_failure) or conf.on_failure,
-            on_finish=(own and own.on_finish) or conf.on_finish,
-            webhook=conf.webhook,
-            timeout=conf.timeout,
-        )
-        self.hooks.submit(calls_for(record, run_dir, hooks))
+        self.runner.reject(record, reason, detail)
 
     def queued_window(self, full: bool) -> list[JobRecord]:
         """The queued jobs the scheduler needs to see this turn.
@@ -595,39 +576,6 @@ class Watcher:
         }
         others = [k for k in self.known.refresh(skip=mine) if k.id not in mine]
         return [*mine.values(), *others]
-
-    def _after_poll(self, before: dict[str, JobRecord]) -> None:
-        """Worktree jobs that just ended: remove the worktree after a success, else keep it."""
-        for job_id in before:
-            if job_id in self.runner.running:
-                continue
-            run_dir = self.layout.run_dir(job_id)
-            try:
-                final = read_record(run_dir)
-            except (OSError, JobFileCorrupt):
-                continue
-            if final.state is JobState.SUCCEEDED:
-                why = remove_worktree(final)
-                now = self.clock.now()
-                if why is None:
-                    ledger.note(
-                        run_dir,
-                        "workspace_removed",
-                        now,
-                        path=final.workspace_path,
-                        branch=final.branch,
-                    )
-                else:
-                    ledger.note(run_dir, "workspace_kept", now, path=final.workspace_path, why=why)
-            elif final.state in (JobState.FAILED, JobState.ABORTED):
-                ledger.note(
-                    run_dir,
-                    "workspace_kept",
-                    self.clock.now(),
-                    path=final.workspace_path,
-                    branch=final.branch,
-                    why=f"the job {final.state}",
-                )
 
     # -- shutdown ---------------------------------------------------------------
     def _begin_stop(self) -> None:

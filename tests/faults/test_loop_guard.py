@@ -23,8 +23,9 @@ from hopper import reconcile as reconcile_mod
 from hopper.config import Config
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState
+from hopper.executors.local import LocalExecutor
+from hopper.executors.protocol import Ended, Tick
 from hopper.intake import Intake
-from hopper.runner import Runner
 from hopper.running import Running
 from hopper.store.jobfile import read_events, read_record, write_record
 from hopper.store.layout import Layout
@@ -149,12 +150,12 @@ def test_an_unexpected_error_in_one_job_is_logged_once_and_the_loop_goes_on(
     watcher.runner.running = {bad.record.id: bad, good.record.id: good}
     polled: list[str] = []
 
-    def poll_one(self: Runner, job: Running, *, sweep: bool = True, children: bool = True) -> None:
+    def poll_one(self: LocalExecutor, job: Running, tick: Tick, found: list[Ended]) -> None:
         polled.append(job.record.name)
         if job.record.name == "bad":
             raise TypeError("'int' object is not iterable")
 
-    monkeypatch.setattr(Runner, "_poll_one", poll_one)
+    monkeypatch.setattr(LocalExecutor, "_poll_one", poll_one)
     caplog.set_level(logging.ERROR)
     for _ in range(3):
         watcher.turn()  # never raises

@@ -1,8 +1,8 @@
-"""Container jobs inside the watcher: a local job whose command is a container run.
+"""The container executor: a local job whose command is a container run.
 
 Theory of operation. A container job runs under the job's own supervisor
 exactly like a local job (gate, job.log, timeout, limits, exit.json, adoption
-after a watcher restart); only its command differs. :meth:`ContainerJobs.launch`
+after a watcher restart); only its command differs. :meth:`ContainerExecutor.launch`
 checks the engine and the image (a missing one fails the job ``spawn_failed``
 with what to do), plans the mounts (core/mounts.py), translates every path
 hopper hands the job, and returns the supervised argv: container_run.py
@@ -22,11 +22,11 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hopper.agents.base import Preparation
 from hopper.agents.drive import SPEC_FILE
 from hopper.agents.registry import driven
+from hopper.core.mounts import BadMount
 from hopper.core.outcome import Outcome
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.sizes import format_size
@@ -42,11 +42,10 @@ from hopper.executors.container import (
     run_argv,
     shim_argv,
 )
+from hopper.executors.local import Command, LocalExecutor
+from hopper.executors.protocol import Ended, How, Launch
 from hopper.store import ledger
 from hopper.store.atomic import write_atomic
-
-if TYPE_CHECKING:
-    from hopper.runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +53,43 @@ HOST_ONLY_ENV = frozenset({"HOPPER_ROOT"})  # the root is not mounted into the c
 DRIVER_GRACE = 5.0  # the driver's own grace between its stop signals (agents/driven.py)
 
 
-class ContainerJobs:
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
+class ContainerExecutor(LocalExecutor):
+    """A local executor whose supervised command runs the job in a container."""
+
+    name = "container"
+    engine_event = "container_exit_from_engine"
 
     def engine(self) -> list[str]:
-        return resolve_engine(self.runner.config.container.engine)
+        return resolve_engine(self.ctx.config.container.engine)
+
+    def command(self, launch: Launch) -> Command | Ended:
+        record, run_dir = launch.record, launch.run_dir
+        try:
+            argv, env, grace = self.launch(
+                record, run_dir, launch.prep, launch.workdir, launch.job_vars, launch.env
+            )
+        except ContainerUnavailable as exc:
+            return Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, exc.detail)
+        except BadMount as exc:
+            why = f"{record.inbox_path}: {exc}"
+            return Ended(record, run_dir, How.REJECTED, Reason.BAD_PROMPT, why)
+        # A container's memory_max is the engine's (--memory): the supervisor's tree
+        # also holds the engine's own client, which is not the job's memory.
+        return Command(argv, env, grace, memory_max=None)
+
+    def started_fields(self, record: JobRecord) -> dict[str, object]:
+        return {"container": record.container.name} if record.container else {}
+
+    def engine_exit(self, record: JobRecord) -> ExitStatus | None:
+        return self.exit_from_engine(record, self.ctx.clock.now())
+
+    def finished(self, record: JobRecord) -> None:
+        self.remove(record)  # whatever the outcome; its output is in job.log
+
+    def clear_strays(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
+        if local:
+            self.clear_stray(record, run_dir)  # created, never recorded
+        return True
 
     def launch(
         self,
@@ -77,14 +107,14 @@ class ContainerJobs:
         """
         job = record.container
         assert job is not None, "a container job is admitted with its container"
-        cfg = self.runner.config
+        cfg = self.ctx.config
         engine = self.engine()
         check_image(engine, job.image)
         mmap = mount_map(job, workdir, run_dir)
         inside = {k: mmap.translate(v) for k, v in job_vars.items() if k not in HOST_ONLY_ENV}
         names = sorted(inside)
         env = {**host_env, **inside}
-        if driven(self.runner.intake.agents, record.agent):
+        if driven(dict(self.ctx.agents), record.agent):
             # The driver stays on the host; each CLI turn runs in the container.
             prefix = run_argv(
                 engine,
@@ -176,13 +206,13 @@ class ContainerJobs:
             ledger.note(
                 run_dir,
                 "container_stray_removed",
-                self.runner.clock.now(),
+                self.ctx.clock.now(),
                 container=name,
                 why="left by an earlier start that was never recorded (watcher crash)",
             )
             log.info("job=%s removed stray container %s", record.id, name)
 
-    def engine_exit(self, record: JobRecord, now: datetime) -> ExitStatus | None:
+    def exit_from_engine(self, record: JobRecord, now: datetime) -> ExitStatus | None:
         """The supervisor vanished: how the engine says the container ended, if it did.
 
         The end time is ``now``: the engine's clock format differs between engines.

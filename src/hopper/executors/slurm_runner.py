@@ -1,18 +1,20 @@
-"""Slurm jobs inside the watcher: submit held, record, release; one query per tick; settle.
+"""The Slurm executor: submit held, record, release; one query per tick; settle.
 
-Theory of operation. :meth:`SlurmJobs.start` writes the job's argv and the
+Theory of operation. :meth:`SlurmExecutor.start` writes the job's argv and the
 batch wrapper (:func:`hopper.executors.slurm.write_job_wrapper`) into the run
 directory, submits it *held*, writes ``running`` with ``slurm_job_id`` to
 job.json, and only then releases it, so no Slurm job runs unrecorded (the
-local supervisor's gate, in Slurm's terms). :meth:`SlurmJobs.poll` serves every
-Slurm job of the runner at once: each tick it stats ABORT and the wrapper's
-``slurm-exit.json`` and checks hopper's own wall clock; every
+local supervisor's gate, in Slurm's terms). :meth:`SlurmExecutor.poll` serves every
+Slurm job of the watcher at once: each tick it stats the wrapper's
+``slurm-exit.json`` and checks hopper's own wall clock (ABORT and heartbeats
+are the shell's, as for every executor); every
 ``[slurm] poll_interval`` (sooner once a wrapper has written its exit record)
 it asks the controller about all of them with one :func:`query`, and settles
 each finished one from Slurm's record via the pure
 :func:`hopper.core.slurm_parse.settle` (the wrapper's record when Slurm has
-forgotten the job, else ``lost``). Endings go through the runner's own
-``_close`` (retry policy, finalize, processed/), exactly as for local jobs.
+forgotten the job, else ``lost``). Each end comes back as an ``Ended``,
+which the runner handles as for every executor (retry policy, finalize,
+processed/, hooks).
 
 A controller that cannot be asked is never read as "lost": the watcher logs
 it and asks again next time.
@@ -21,19 +23,17 @@ it and asks again next time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from hopper.agents.base import Preparation
-from hopper.agents.registry import driven
-from hopper.agents.summary import read_job_summary, record_fields
 from hopper.config import SlurmConfig
-from hopper.core.agent_outcome import final_reason
+from hopper.core import lifecycle
+from hopper.core.lifecycle import Started
 from hopper.core.prompt import BadPrompt, PromptSpec
 from hopper.core.record import ExitStatus, JobRecord
+from hopper.core.recovery import RunSnapshot
 from hopper.core.slurm_parse import (
     TERMINAL,
     SlurmExitFile,
@@ -45,7 +45,8 @@ from hopper.core.slurm_parse import (
     settle,
     states_for,
 )
-from hopper.core.states import Reason
+from hopper.core.states import JobState, Reason
+from hopper.executors.protocol import Context, Deferred, Ended, How, Launch, Polled, Start, Tick
 from hopper.executors.slurm import (
     ACTIVE_HELD_REASON,
     EXIT_STATUS_FILE,
@@ -63,12 +64,10 @@ from hopper.executors.slurm import (
     write_job_wrapper,
 )
 from hopper.faults import crash_point
-from hopper.running import Running
-from hopper.store.jobfile import ABORT_FILE, LOG_FILE, append_event, write_record
+from hopper.running import Running, adopt
+from hopper.store import ledger
+from hopper.store.jobfile import LOG_FILE
 from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_text
-
-if TYPE_CHECKING:
-    from hopper.runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -170,9 +169,11 @@ class Track:
     cancel_pending: bool = False
 
 
-class SlurmJobs:
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
+class SlurmExecutor:
+    name = "slurm"
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
         self.tracks: dict[str, Track] = {}
         self._next_query = 0.0
         self._last_query = 0.0
@@ -182,23 +183,21 @@ class SlurmJobs:
 
     @property
     def config(self) -> SlurmConfig:
-        return self.runner.config.slurm
+        return self.ctx.config.slurm
+
+    def open(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
 
     # -- start ----------------------------------------------------------------------
-    def start(
-        self,
-        record: JobRecord,
-        run_dir: Path,
-        prep: Preparation,
-        workdir: Path,
-        env: Mapping[str, str],
-    ) -> None:
-        r = self.runner
+    def start(self, launch: Launch) -> Start:
+        record, run_dir, prep, workdir = launch.record, launch.run_dir, launch.prep, launch.workdir
         if record.id in self._uncertain:
             # an earlier sbatch may have gone through: cancel it before submitting again
             if not self.cancel_unrecorded(record.id, StateView()):
-                self._later(record, run_dir, "Slurm did not answer")
-                return
+                return self._later(record, run_dir, "Slurm did not answer")
             self._uncertain.discard(record.id)
         try:
             wrapper = write_job_wrapper(run_dir, prep.argv, workdir)
@@ -213,59 +212,50 @@ class SlurmJobs:
                 extra=self.config.sbatch_extra(),
             )
         except ValueError as exc:
-            r.intake.reject(run_dir, record, Reason.SPAWN_FAILED, f"cannot submit to Slurm: {exc}")
-            return
+            why = f"cannot submit to Slurm: {exc}"
+            return Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, why)
         try:
-            slurm_id = submit(argv, env)
+            slurm_id = submit(argv, launch.env)
         except SlurmUnavailable as exc:
             self._uncertain.add(record.id)
-            self._later(record, run_dir, str(exc))
-            return
+            return self._later(record, run_dir, str(exc))
         except SlurmError as exc:
-            r.intake.reject(run_dir, record, Reason.SPAWN_FAILED, f"Slurm refused the job: {exc}")
-            return
+            why = f"Slurm refused the job: {exc}"
+            return Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, why)
         crash_point("slurm.after_submit")
-        now = r.clock.now()
-        running = r.running_record(record, workdir, now, slurm_job_id=slurm_id)
-        write_record(run_dir, running)
-        crash_point("slurm.after_record")
-        append_event(
-            run_dir,
-            "started",
-            now,
-            executor="slurm",
-            slurm_job_id=slurm_id,
-            argv0=prep.argv[0],
+        clock = self.ctx.clock
+        fact = Started(
+            at=clock.now(),
+            owner=self.ctx.owner,
             workdir=str(workdir),
+            argv0=prep.argv[0],
+            slurm_job_id=slurm_id,
+        )
+        running = ledger.commit(
+            run_dir, lifecycle.started(record, fact), crash="slurm.after_record"
         )
         try:
             release(slurm_id)
         except SlurmError as exc:  # the poll releases it when it sees it still held
             log.warning("job=%s slurm=%s release failed: %s (will retry)", record.id, slurm_id, exc)
-        self._add(running, run_dir)
-        log.info("job=%s state=queued->running slurm_job_id=%s", record.id, slurm_id)
-
-    def _add(self, record: JobRecord, run_dir: Path) -> None:
-        r = self.runner
-        r.running[record.id] = Running(
-            record, run_dir, None, r.clock.monotonic() + r.config.heartbeat_interval
-        )
         self.tracks[record.id] = Track()
-
-    def _later(self, record: JobRecord, run_dir: Path, why: str) -> None:
-        """Slurm did not answer: stay queued and try again shortly."""
-        r = self.runner
-        now = r.clock.now()
-        queued = record.model_copy(
-            update={
-                "not_before": now + timedelta(seconds=RETRY_SUBMIT),
-                "detail": f"waiting for Slurm: {why}",
-            }
+        log.info("job=%s state=queued->running slurm_job_id=%s", record.id, slurm_id)
+        return Running(
+            running, run_dir, None, clock.monotonic() + self.ctx.config.heartbeat_interval
         )
-        write_record(run_dir, queued)
-        append_event(run_dir, "submit_deferred", now, why=why, delay_seconds=RETRY_SUBMIT)
-        r.requeued.append(queued)
+
+    def _later(self, record: JobRecord, run_dir: Path, why: str) -> Deferred:
+        """Slurm did not answer: stay queued and try again shortly."""
+        now = self.ctx.clock.now()
+        fact = lifecycle.Deferred(
+            at=now,
+            not_before=now + timedelta(seconds=RETRY_SUBMIT),
+            why=why,
+            delay_seconds=RETRY_SUBMIT,
+        )
+        queued = ledger.commit(run_dir, lifecycle.deferred(record, fact))
         log.warning("job=%s cannot submit to Slurm: %s (retrying)", record.id, why)
+        return Deferred(queued)
 
     def cancel_unrecorded(self, job_id: str, view: StateView) -> bool:
         """Cancel live Slurm jobs named after ``job_id`` that job.json never recorded.
@@ -283,10 +273,10 @@ class SlurmJobs:
             except SlurmError as exc:
                 log.warning("job=%s cannot cancel Slurm job %s: %s", job_id, job.slurm_id, exc)
                 return False
-            append_event(
-                self.runner.layout.run_dir(job_id),
+            ledger.note(
+                self.ctx.layout.run_dir(job_id),
                 "slurm_stray_cancelled",
-                self.runner.clock.now(),
+                self.ctx.clock.now(),
                 slurm_job_id=job.slurm_id,
                 why="submitted, but never recorded in job.json (watcher crash)",
             )
@@ -294,8 +284,11 @@ class SlurmJobs:
         return True
 
     # -- monitor --------------------------------------------------------------------
-    def cancel(self, job: Running) -> None:
-        """scancel the job (after request_stop recorded why); retried each tick on failure."""
+    def cancel(self, job: Running, reason: Reason) -> None:
+        """scancel the job (its record says why); retried each tick on failure.
+
+        Slurm escalates to SIGKILL after KillWait.
+        """
         track = self.tracks.setdefault(job.record.id, Track())
         sid = job.record.slurm_job_id
         assert sid is not None
@@ -306,20 +299,27 @@ class SlurmJobs:
             track.cancel_pending = True
             log.warning("job=%s scancel %s failed: %s (will retry)", job.record.id, sid, exc)
 
-    def poll(self, jobs: list[Running]) -> None:
-        """One tick over every running Slurm job: markers, clock, then (when due) one query."""
-        r = self.runner
-        mono = r.clock.monotonic()
+    def abandon(self, job: Running) -> None:
+        self.cancel(job, Reason.LOST)
+        self.tracks.pop(job.record.id, None)
+
+    def forget(self, job: Running) -> None:
+        self.tracks.pop(job.record.id, None)
+
+    def poll(self, jobs: Sequence[Running], tick: Tick) -> Polled:
+        """One tick over every running Slurm job: hopper's own clock, then (when due) one query."""
+        polled = Polled()
+        mono = tick.monotonic
         exited = False
         for job in jobs:
             try:
-                exited = self._check(job, mono) or exited
+                exited = self._check(job, mono, polled) or exited
             except OSError as exc:
-                r.io_errors += 1
+                polled.failed.append(job)
                 log.error("job=%s cannot update its files: %s (retrying)", job.record.id, exc)
         due = mono >= self._next_query or (exited and mono >= self._last_query + FAST_QUERY)
         if not due:
-            return
+            return polled
         self._last_query = mono
         self._next_query = mono + self.config.poll_interval
         ids = [j.record.slurm_job_id for j in jobs if j.record.slurm_job_id is not None]
@@ -329,25 +329,26 @@ class SlurmJobs:
             if mono >= self._next_warning:
                 self._next_warning = mono + WARN_EVERY
                 log.warning("cannot ask Slurm about %d jobs: %s (will retry)", len(ids), exc)
-            return
+            return polled
         for job in jobs:
             sid = job.record.slurm_job_id
             assert sid is not None
             try:
-                if not self.settle(job, states[sid]):
+                ended = self.settle_state(job, states[sid])
+                if ended is not None:
+                    polled.ended.append(ended)
+                else:
                     self._active(job, states[sid], mono)
             except OSError as exc:
-                r.io_errors += 1
+                polled.failed.append(job)
                 log.error("job=%s cannot update its files: %s (retrying)", job.record.id, exc)
+        return polled
 
-    def _check(self, job: Running, mono: float) -> bool:
-        """ABORT and hopper's own wall clock; True if the wrapper has recorded an exit."""
-        r = self.runner
+    def _check(self, job: Running, mono: float, polled: Polled) -> bool:
+        """A pending scancel and hopper's own wall clock; True if the wrapper recorded an exit."""
         track = self.tracks.setdefault(job.record.id, Track())
-        if not job.stop_sent and (job.run_dir / ABORT_FILE).exists():
-            r.request_stop(job, Reason.ABORTED)
-        elif track.cancel_pending:
-            self.cancel(job)
+        if track.cancel_pending:
+            self.cancel(job, job.record.stop_requested or Reason.ABORTED)
         timeout = job.record.timeout_seconds
         if (
             not job.stop_sent
@@ -355,20 +356,20 @@ class SlurmJobs:
             and track.running_since is not None
             and mono - track.running_since >= timeout
         ):
-            r.request_stop(job, Reason.TIMEOUT)
+            polled.stop.append((job, Reason.TIMEOUT))
         return (job.run_dir / EXIT_STATUS_FILE).exists()
 
     def _active(self, job: Running, state: SlurmState, mono: float) -> None:
-        r = self.runner
         track = self.tracks.setdefault(job.record.id, Track())
         slurm_job = state.job
         assert slurm_job is not None
+        now = self.ctx.clock.now()
         if slurm_job.state != track.last_state:
             track.last_state = slurm_job.state
-            append_event(
+            ledger.note(
                 job.run_dir,
                 "slurm_state",
-                r.clock.now(),
+                now,
                 slurm_job_id=state.slurm_id,
                 state=slurm_job.state,
                 slurm_reason=slurm_job.reason,
@@ -382,30 +383,25 @@ class SlurmJobs:
         ):
             try:  # recorded but never released (a crash or a failed release)
                 release(state.slurm_id)
-                append_event(job.run_dir, "released", r.clock.now(), slurm_job_id=state.slurm_id)
+                ledger.note(job.run_dir, "released", now, slurm_job_id=state.slurm_id)
             except (SlurmError, ValueError) as exc:
                 log.warning("job=%s release failed: %s (will retry)", job.record.id, exc)
-        if mono >= job.next_heartbeat:
-            job.record = job.record.model_copy(update={"heartbeat_at": r.clock.now()})
-            write_record(job.run_dir, job.record, durable=False)
-            job.next_heartbeat = mono + r.config.heartbeat_interval
 
     # -- finish ---------------------------------------------------------------------
-    def settle(
+    def settle_state(
         self, job: Running, state: SlurmState, exit_file: SlurmExitFile | None = None
-    ) -> bool:
-        """Finalize the job if it has ended (True); False while Slurm still runs it."""
+    ) -> Ended | None:
+        """The job's end if it has ended; None while Slurm still runs it."""
         sid = job.record.slurm_job_id
         assert sid is not None
         if exit_file is None and not state.found:
             exit_file = read_exit_file(job.run_dir, sid)
         outcome = settle(state, exit_file, job.record.stop_requested)
         if outcome is None:
-            return False
+            return None
         if exit_file is None:
             exit_file = read_exit_file(job.run_dir, sid)
-        self._finish(job, state, outcome, exit_file)
-        return True
+        return self._finish(job, state, outcome, exit_file)
 
     def _finish(
         self,
@@ -413,12 +409,13 @@ class SlurmJobs:
         state: SlurmState,
         outcome: SlurmOutcome,
         exit_file: SlurmExitFile | None,
-    ) -> None:
-        r = self.runner
-        r.running.pop(job.record.id, None)
+    ) -> Ended:
         self.tracks.pop(job.record.id, None)
-        now = r.clock.now()
-        append_event(
+        holder = self.ctx.holder(job)
+        if holder is not None:
+            return Ended(job.record, job.run_dir, How.HANDED_OVER, detail=holder)
+        now = self.ctx.clock.now()
+        ledger.note(
             job.run_dir,
             "exited",
             now,
@@ -430,22 +427,45 @@ class SlurmJobs:
             signal=outcome.signal,
             from_exit_file=not state.found and exit_file is not None,
         )
-        reason, detail = outcome.reason, outcome.detail
-        status: ExitStatus | None = None
-        if reason is Reason.LOST and not state.found:
-            append_event(job.run_dir, "lost", now, slurm_job_id=state.slurm_id)
-        else:
-            finished = _when(exit_file.finished_at, now) if exit_file else now
-            status = ExitStatus(
-                started=True,
-                exit_code=outcome.exit_code,
-                signal=outcome.signal,
-                finished_at=finished,
-            )
-        agent = read_job_summary(job.run_dir, now, driven=driven(r.intake.agents, job.record.agent))
-        if agent is not None:
-            job.record = job.record.model_copy(update=record_fields(agent))
-            refined = final_reason(reason, agent)
-            if refined is not None:
-                reason, detail = refined
-        r._close(job.run_dir, job.record, reason, detail, status)
+        if outcome.reason is Reason.LOST and not state.found:
+            ledger.note(job.run_dir, "lost", now, slurm_job_id=state.slurm_id)
+            return Ended(job.record, job.run_dir, How.LOST, outcome.reason, outcome.detail)
+        finished = _when(exit_file.finished_at, now) if exit_file else now
+        status = ExitStatus(
+            started=True,
+            exit_code=outcome.exit_code,
+            signal=outcome.signal,
+            finished_at=finished,
+        )
+        return Ended(job.record, job.run_dir, How.EXITED, outcome.reason, outcome.detail, status)
+
+    # -- after a restart ------------------------------------------------------------
+    def begin_recovery(self) -> None:
+        self.view = StateView()  # asks Slurm once, only if a record needs it
+
+    def observe(self, snap: RunSnapshot, run_dir: Path) -> RunSnapshot:
+        """A recorded Slurm job that may be ours: add Slurm's view and the wrapper's record."""
+        record = snap.record
+        if (
+            record is None
+            or record.slurm_job_id is None
+            or record.state is not JobState.RUNNING
+            or snap.owner_alive
+        ):
+            return snap
+        return replace(
+            snap,
+            slurm=self.view.state(record.slurm_job_id),
+            slurm_exit=read_exit_file(run_dir, record.slurm_job_id),
+        )
+
+    def clear_strays(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
+        return self.cancel_unrecorded(record.id, self.view)
+
+    def adopt(self, record: JobRecord, run_dir: Path) -> Running:
+        return adopt(record, run_dir, self.ctx)
+
+    def settle(self, job: Running, snap: RunSnapshot, lost: bool) -> Ended | None:
+        if snap.slurm is None:
+            return None  # Slurm did not answer: asked again at the next pass
+        return self.settle_state(job, snap.slurm, snap.slurm_exit)

@@ -1,0 +1,199 @@
+"""What happens once a job has ended, whichever way it ended.
+
+:meth:`hopper.runner.Runner.ended` is the one place an :class:`Ended` is
+handled; this module holds its parts: the agent's summary refining the
+reason, the retry decision (back to the queue with the attempt's files kept
+under numbered names) or the terminal record and processed/, the worktree
+removed after a success or reported kept, and the completion hooks.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from hopper.agents.base import Agent
+from hopper.agents.registry import driven
+from hopper.agents.summary import read_job_summary, read_live_state, record_fields
+from hopper.clock import Clock
+from hopper.config import Config
+from hopper.core import lifecycle
+from hopper.core.agent_outcome import final_reason
+from hopper.core.lifecycle import Exited, RetryScheduled
+from hopper.core.record import ExitStatus, JobRecord
+from hopper.core.retry import backoff, should_retry
+from hopper.core.states import JobState, Reason
+from hopper.executors.protocol import Ended, How
+from hopper.executors.slurm import EXIT_STATUS_FILE as SLURM_EXIT_FILE
+from hopper.hooks import HookRunner, HookSet, calls_for
+from hopper.intake import Intake
+from hopper.store import ledger
+from hopper.store.jobfile import EXIT_FILE, LOG_FILE, read_resources
+from hopper.workspace import remove_worktree
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Endings:
+    """Files ended jobs: retry or terminal record, worktree, hooks."""
+
+    config: Config
+    intake: Intake
+    clock: Clock
+    hooks: HookRunner
+    agents: dict[str, Agent]
+
+    def file(self, e: Ended) -> JobRecord:
+        """The job's record after its end: terminal (filed), or queued again (a retry)."""
+        if e.how is How.FILED:
+            return e.record
+        assert e.reason is not None, e
+        if e.how is How.REJECTED:
+            return self.intake.reject(e.run_dir, e.record, e.reason, e.detail)
+        if e.how is How.ABORTED:
+            now = self.clock.now()
+            ledger.note(e.run_dir, "abort_requested", now, reason=Reason.ABORTED)
+            return self.close(e.run_dir, e.record, e.reason, e.detail, None)
+        if e.how is How.VANISHED:
+            return self._vanished(e)
+        record, reason, detail = self._refined(e)
+        return self.close(e.run_dir, record, reason, detail, e.status)
+
+    def _refined(self, e: Ended) -> tuple[JobRecord, Reason, str]:
+        """An agent's own summary (agent.json) may say more than its exit status."""
+        assert e.reason is not None
+        record, reason, detail = e.record, e.reason, e.detail
+        by_driver = driven(self.agents, record.agent)
+        agent = read_job_summary(e.run_dir, self.clock.now(), driven=by_driver)
+        if agent is None:
+            return record, reason, detail
+        live = read_live_state(e.run_dir)  # the agent's last state and detail
+        record = lifecycle.exited(record, Exited(agent={**live, **record_fields(agent)})).record
+        refined = final_reason(reason, agent)
+        if refined is not None:
+            reason, detail = refined
+        return record, reason, detail
+
+    def _vanished(self, e: Ended) -> JobRecord:
+        """Filed ``lost`` once, in a fresh run directory, and never retried (its
+        prompt went with the directory); the executor has ended its processes."""
+        rec, run_dir = e.record, e.run_dir
+        log.error(
+            "job=%s its run directory %s was deleted while it ran; filing it lost", rec.id, run_dir
+        )
+        if run_dir.is_symlink():
+            run_dir.unlink()  # the link itself, never what it points to
+        run_dir.mkdir(exist_ok=True)
+        now = self.clock.now()
+        started = rec.started_at
+        return self.intake.file_terminal(
+            run_dir,
+            rec,
+            Reason.LOST,
+            e.detail,
+            now,
+            {
+                "finished_at": now,
+                "duration_seconds": (now - started).total_seconds() if started else None,
+            },
+        )
+
+    def close(
+        self,
+        run_dir: Path,
+        record: JobRecord,
+        reason: Reason,
+        detail: str,
+        status: ExitStatus | None,
+    ) -> JobRecord:
+        """Retry the job if its policy says so, else file it terminal."""
+        now = self.clock.now()
+        if record.state is JobState.RUNNING:
+            # Final figures from exit.json; else (lost) the last live ones.
+            used = status.resources if status is not None else None
+            used = used or read_resources(run_dir)
+            if used is not None:
+                record = lifecycle.exited(record, Exited(resources=used)).record
+        if record.state is JobState.RUNNING and should_retry(
+            reason, record.attempt, record.retries
+        ):
+            return self._retry(run_dir, record, reason, detail, status)
+        finished = status.finished_at if status is not None else now
+        started = record.started_at
+        fields: dict[str, object] = {
+            "exit_code": status.exit_code if status else None,
+            "signal": status.signal if status else None,
+            "finished_at": finished,
+            "duration_seconds": (finished - started).total_seconds() if started else None,
+        }
+        return self.intake.file_terminal(run_dir, record, reason, detail, now, fields)
+
+    def _retry(
+        self,
+        run_dir: Path,
+        record: JobRecord,
+        reason: Reason,
+        detail: str,
+        status: ExitStatus | None,
+    ) -> JobRecord:
+        """Keep this attempt's log and exit record under attempt-numbered names; requeue."""
+        n = record.attempt
+        for name in (LOG_FILE, EXIT_FILE, SLURM_EXIT_FILE):
+            source = run_dir / name
+            if source.exists():
+                stem, dot, ext = name.partition(".")
+                source.rename(run_dir / f"{stem}.{n}{dot}{ext}")
+        delay = backoff(n, self.config.retry_backoff)
+        now = self.clock.now()
+        fact = RetryScheduled(
+            at=now,
+            reason=reason,
+            detail=detail,
+            delay_seconds=delay,
+            not_before=now + timedelta(seconds=delay),
+            exit_code=status.exit_code if status else None,
+            signal=status.signal if status else None,
+        )
+        queued = ledger.commit(run_dir, lifecycle.retry_scheduled(record, fact))
+        log.info("job=%s attempt=%d reason=%s retry in %gs", record.id, n, reason, delay)
+        return queued
+
+    def tidy_worktree(self, final: JobRecord, run_dir: Path) -> None:
+        """Remove the worktree after a success (the branch stays), else report it kept."""
+        now = self.clock.now()
+        if final.state is JobState.SUCCEEDED:
+            why = remove_worktree(final)
+            if why is None:
+                ledger.note(
+                    run_dir,
+                    "workspace_removed",
+                    now,
+                    path=final.workspace_path,
+                    branch=final.branch,
+                )
+            else:
+                ledger.note(run_dir, "workspace_kept", now, path=final.workspace_path, why=why)
+        else:
+            ledger.note(
+                run_dir,
+                "workspace_kept",
+                now,
+                path=final.workspace_path,
+                branch=final.branch,
+                why=f"the job {final.state}",
+            )
+
+    def run_hooks(self, record: JobRecord, run_dir: Path) -> None:
+        """Queue the completion hooks a finalized job triggers (job's own win per kind)."""
+        conf, own = self.config.hooks, record.hooks
+        hooks = HookSet(
+            on_success=(own and own.on_success) or conf.on_success,
+            on_failure=(own and own.on_failure) or conf.on_failure,
+            on_finish=(own and own.on_finish) or conf.on_finish,
+            webhook=conf.webhook,
+            timeout=conf.timeout,
+        )
+        self.hooks.submit(calls_for(record, run_dir, hooks))

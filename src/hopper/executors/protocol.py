@@ -1,0 +1,168 @@
+"""What every executor does, and the one value a job's end is told by.
+
+An executor runs jobs somewhere (a supervised local process, a Slurm job, a
+container …). It never holds the runner: it is given what it needs (layout,
+config, clock, who we are) and answers with values. The shell
+(:mod:`hopper.runner`) owns the set of running jobs, checks ABORT markers,
+writes heartbeats and handles every :class:`Ended` in one place (leases,
+worktree, retry or finalize, hooks), whichever executor — or recovery, a
+reject, a takeover — produced it.
+
+Adding an executor: implement :class:`Executor` and register its factory in
+:mod:`hopper.executors.registry`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+
+from hopper.agents.base import Agent, Preparation
+from hopper.clock import Clock
+from hopper.config import Config
+from hopper.core.record import ExitStatus, JobRecord
+from hopper.core.recovery import RunSnapshot
+from hopper.core.states import Reason
+from hopper.loopguard import LoopGuard
+from hopper.proc.spawn import ForkServer
+from hopper.running import Running
+from hopper.store.layout import Layout
+
+
+class How(StrEnum):
+    """How a job came to end on this watcher."""
+
+    EXITED = "exited"  # the executor recorded an exit status
+    LOST = "lost"  # gone without a recorded status
+    VANISHED = "vanished"  # its run directory was deleted while it ran
+    REJECTED = "rejected"  # it never ran (claim, schedule or start refused it)
+    ABORTED = "aborted"  # aborted while queued
+    FILED = "filed"  # already filed terminal elsewhere (a reject at claim): hooks only
+    HANDED_OVER = "handed_over"  # another watcher took it over: theirs to finish
+
+
+@dataclass(frozen=True)
+class Ended:
+    """One job that ended, as every path reports it (poll, recovery, reject, takeover)."""
+
+    record: JobRecord  # as last known: running, queued, or (FILED) already final
+    run_dir: Path
+    how: How
+    reason: Reason | None = None  # None only for HANDED_OVER
+    detail: str = ""
+    status: ExitStatus | None = None  # the exit record, when there is one
+
+    @property
+    def job_id(self) -> str:
+        return self.record.id
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A job prepared to start: what every executor needs to run it."""
+
+    record: JobRecord  # queued, with its workspace paths
+    run_dir: Path
+    prep: Preparation
+    workdir: Path
+    env: Mapping[str, str]  # the whole environment; holds secrets: never write or log it
+    # What hopper sets (config, agent, prompt env, HOPPER_*), without what the
+    # watcher inherited: what a container job gets.
+    job_vars: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """The executor cannot start the job now: back to the queue as ``record``."""
+
+    record: JobRecord
+
+
+Start = Running | Deferred | Ended  # started, wait and try again, or never ran
+
+
+@dataclass(frozen=True)
+class Tick:
+    """What one poll may look at: ``sweep`` is the periodic full look (ABORT,
+    adopted processes); ``children`` that a child of ours exited (SIGCHLD)."""
+
+    monotonic: float
+    sweep: bool
+    children: bool
+
+
+@dataclass
+class Polled:
+    """One poll's answer: jobs that ended, jobs the executor wants stopped (its
+    own deadline), and jobs that could not be looked at (disk full, a bug …:
+    logged once; the shell files one whose run directory is gone)."""
+
+    ended: list[Ended] = field(default_factory=list)
+    stop: list[tuple[Running, Reason]] = field(default_factory=list)
+    failed: list[Running] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an executor is given instead of the runner."""
+
+    layout: Layout
+    config: Config
+    clock: Clock
+    host: str
+    owner: str  # this watcher's owner string (host:pid:start)
+    guard: LoopGuard  # one bad job never stops the loop (each failure logged once)
+    # Who took this job over while we were silent, if anyone (checked before any write).
+    holder: Callable[[Running], str | None]
+    agents: Mapping[str, Agent]  # by name (whether a driver runs a job's agent)
+    # Forks the supervisors of every executor that runs them here (local, container).
+    fork_server: ForkServer = field(default_factory=ForkServer)
+
+
+class Executor(Protocol):
+    name: str
+
+    def open(self) -> None:
+        """Before the first start (the local executor warms its supervisors)."""
+
+    def close(self) -> None:
+        """The watcher is going away; jobs keep running."""
+
+    def start(self, launch: Launch) -> Start:
+        """Start the job, record it running (before it may run), or say why not."""
+
+    def poll(self, jobs: Sequence[Running], tick: Tick) -> Polled:
+        """Look at this executor's running jobs; those that ended come back as :class:`Ended`."""
+
+    def cancel(self, job: Running, reason: Reason) -> None:
+        """Stop the job (its record already says why); it ends through :meth:`poll`."""
+
+    def abandon(self, job: Running) -> None:
+        """Its run directory is gone: end its processes, record nothing."""
+
+    def forget(self, job: Running) -> None:
+        """Another watcher took the job over: drop what we hold for it, touch nothing."""
+
+    # -- after a restart ------------------------------------------------------------
+    def begin_recovery(self) -> None:
+        """A recovery pass starts: forget what the previous pass learnt."""
+
+    def observe(self, snap: RunSnapshot, run_dir: Path) -> RunSnapshot:
+        """Add what this executor knows of a run to its snapshot (Slurm: its state)."""
+
+    def clear_strays(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
+        """Before a job is queued again by recovery: end anything started but never
+        recorded (``local``: its last start was on this host, whose stale
+        supervisors are already ended).
+
+        False if that cannot be known now (then the job is left for the next pass).
+        """
+
+    def adopt(self, record: JobRecord, run_dir: Path) -> Running:
+        """Watch a job that still runs under a previous watcher; record that we own it."""
+
+    def settle(self, job: Running, snap: RunSnapshot, lost: bool) -> Ended | None:
+        """The end of a job recovery found finished (``lost``: with no exit record)."""
