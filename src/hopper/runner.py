@@ -108,7 +108,11 @@ class Runner:
         except Exception as exc:  # costs this job, never the loop
             bug = "" if isinstance(exc, OSError) else " (a bug in hopper: please report it)"
             self.guard.report(f"start:{record.id}", exc, what=f"job={record.id} could not start")
-            self.reject(record, Reason.SPAWN_FAILED, f"could not start: {exc}{bug}", leased=True)
+            detail = f"could not start: {exc}{bug}"
+            self.guard.step(
+                f"reject:{record.id}",
+                lambda: self.reject(record, Reason.SPAWN_FAILED, detail, leased=True),
+            )
         return True
 
     def _start(self, record: JobRecord) -> None:
@@ -264,7 +268,8 @@ class Runner:
         caller keeps the job and tries again).
         """
         job = self.running.pop(end.job_id, None)
-        self.guard.forget(f"watch:{end.job_id}")
+        for step in ("poll", "watch"):  # its failures are over: logged again if it comes back
+            self.guard.forget(f"{step}:{end.job_id}")
         if end.how in (How.EXITED, How.LOST):  # checked again here, whatever the executor did
             holder = taken_by(end.run_dir, end.record.owner, self.intake.ident.owner)
             if holder is not None:
