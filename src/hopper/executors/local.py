@@ -18,7 +18,6 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Literal
 
 from hopper.core import lifecycle
 from hopper.core.lifecycle import Started
@@ -58,7 +57,7 @@ class Command:
     argv: list[str]
     env: dict[str, str]
     grace: float  # the supervisor's wait between its stop signals
-    memory_max: int | Literal["record"] | None = "record"  # "record": the job's memory_max
+    memory_max: int | None  # bytes the supervisor lets the job's tree use
 
 
 class LocalExecutor:
@@ -80,7 +79,8 @@ class LocalExecutor:
     def command(self, launch: Launch) -> Command | Ended:
         """What the supervisor runs, with what environment and stop grace (an
         executor built on this one, as the container one, runs something else)."""
-        return Command(launch.prep.argv, dict(launch.env), self.ctx.config.kill_grace)
+        grace, memory = self.ctx.config.kill_grace, launch.record.memory_max_bytes
+        return Command(launch.prep.argv, dict(launch.env), grace, memory)
 
     def started_fields(self, record: JobRecord) -> dict[str, object]:
         """More to say in the ``started`` event."""
@@ -112,9 +112,7 @@ class LocalExecutor:
             stop_signals=prep.stop_signals,
             grace=command.grace,
             timeout=record.timeout_seconds,
-            memory_max=record.memory_max_bytes
-            if command.memory_max == "record"
-            else command.memory_max,
+            memory_max=command.memory_max,
             output_max=record.output_max_bytes,
             sample_interval=config.sample_interval,
             idle_timeout=prep.idle_timeout,
