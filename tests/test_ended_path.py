@@ -9,155 +9,17 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
-import tomllib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
-from conftest import FAST_CONFIG, bash, drop, wait_for
-from hopper.config import Config
-from hopper.core import lifecycle
-from hopper.core.lifecycle import Started
-from hopper.core.outcome import classify
-from hopper.core.record import ExitStatus, JobRecord
-from hopper.core.recovery import RunSnapshot
+from conftest import bash, drop, wait_for
+from hopper.core.record import JobRecord
 from hopper.core.states import JobState, Reason
-from hopper.executors.protocol import Ended, How, Launch, Polled, Start, Tick
 from hopper.proc import identity
-from hopper.running import Running
-from hopper.store import ledger
-from hopper.store.jobfile import ABORT_FILE, EXIT_FILE, read_events, read_record
+from hopper.store.jobfile import ABORT_FILE, EXIT_FILE, read_record
 from hopper.store.layout import Layout
 from hopper.store.takeover import effective_owner, try_take
-from hopper.watcher import Watcher
+from inprocess import exit_status, in_process, leases, names, started_job, turns
 from test_workspaces import git, make_repo
-
-
-class FakeClock:
-    """Time that moves only when a test says so."""
-
-    def __init__(self) -> None:
-        self.wall = time.time()
-        self.mono = 1000.0
-
-    def now(self) -> datetime:
-        return datetime.fromtimestamp(self.wall, UTC)
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def time(self) -> float:
-        return self.wall
-
-    def advance(self, seconds: float) -> None:
-        self.wall += seconds
-        self.mono += seconds
-
-
-@dataclass
-class FakeExecutor:
-    """Runs nothing: records a job running, and ends it when the test says so."""
-
-    clock: FakeClock
-    owner: str = ""  # the watcher's, once it has one
-    name: str = "local"
-    exits: dict[str, ExitStatus] = field(default_factory=dict)  # job id -> its exit, to report
-    started: list[str] = field(default_factory=list)
-    cancelled: list[tuple[str, Reason]] = field(default_factory=list)
-    forgotten: list[str] = field(default_factory=list)
-
-    def open(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
-
-    def start(self, launch: Launch) -> Start:
-        fact = Started(self.clock.now(), self.owner, str(launch.workdir), launch.prep.argv[0], 1)
-        record = ledger.commit(launch.run_dir, lifecycle.started(launch.record, fact))
-        self.started.append(record.id)
-        return Running(record, launch.run_dir, None, self.clock.monotonic() + 3600)
-
-    def poll(self, jobs: Sequence[Running], tick: Tick) -> Polled:
-        polled = Polled()
-        for job in jobs:
-            status = self.exits.pop(job.record.id, None)
-            if status is not None:
-                out = classify(status, job.record.stop_requested)
-                polled.ended.append(
-                    Ended(job.record, job.run_dir, How.EXITED, out.reason, out.detail, status)
-                )
-        return polled
-
-    def cancel(self, job: Running, reason: Reason) -> None:
-        self.cancelled.append((job.record.id, reason))
-
-    def abandon(self, job: Running) -> None:
-        return None
-
-    def forget(self, job: Running) -> None:
-        self.forgotten.append(job.record.id)
-
-    def begin_recovery(self) -> None:
-        return None
-
-    def observe(self, snap: RunSnapshot, run_dir: Path) -> RunSnapshot:
-        return snap
-
-    def clear_strays(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
-        return True
-
-    def adopt(self, record: JobRecord, run_dir: Path) -> Running:
-        return Running(record, run_dir, None)
-
-    def settle(self, job: Running, snap: RunSnapshot, lost: bool) -> Ended | None:
-        return None
-
-
-def exit_status(clock: FakeClock, code: int | None = 0, sig: int | None = None) -> ExitStatus:
-    return ExitStatus(started=True, exit_code=code, signal=sig, finished_at=clock.now())
-
-
-def in_process(layout: Layout) -> tuple[Watcher, FakeExecutor, FakeClock]:
-    clock = FakeClock()
-    config = Config.model_validate(tomllib.loads(FAST_CONFIG))
-    fake = FakeExecutor(clock)
-    watcher = Watcher(layout, config, clock=clock, host="h", executors={"local": fake})
-    fake.owner = watcher.ident.owner
-    return watcher, fake, clock
-
-
-def started_job(layout: Layout, watcher: Watcher, fake: FakeExecutor, clock: FakeClock) -> str:
-    """Drop a prompt and turn until the fake executor has started it."""
-    path = drop(layout, "job", '+++\nagent = "bash"\n+++\necho hi\n')
-    old = clock.time() - 60
-    os.utime(path, (old, old))  # complete: nobody writes it
-    for _ in range(3):
-        watcher.turn()
-        if fake.started:
-            break
-    (job_id,) = fake.started
-    assert read_record(layout.run_dir(job_id)).state is JobState.RUNNING
-    return job_id
-
-
-def turns(watcher: Watcher, clock: FakeClock, until: Callable[[], bool], n: int = 10) -> None:
-    for _ in range(n):
-        clock.advance(1.0)  # past a sweep
-        watcher.turn()
-        if until():
-            return
-    raise AssertionError("the watcher never got there")
-
-
-def names(layout: Layout, job_id: str) -> list[str]:
-    return [e["event"] for e in read_events(layout.run_dir(job_id))]
-
-
-def leases(layout: Layout) -> list[Path]:
-    return [p for p in (layout.root / ".hopper" / "slots").rglob("*") if p.is_file()]
 
 
 def test_a_job_the_executor_reports_ended_is_finalized_once_and_its_lease_released(
