@@ -8,22 +8,28 @@ own ``HOPPER_*`` variables (a prompt may not set those).
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 import pytest
 
 from conftest import FAST_CONFIG, drop
 from hopper.core.prompt import ENV_MAX_BYTES, MAX_ENV, BadPrompt, parse
+from hopper.store.admission import ADMISSION_FILE, ADMISSION_MODE
 from hopper.store.layout import Layout
 
 SECRET = "s3cr3t-Value-7f0e9d"
 
 
 def files_holding(root: Path, needle: str) -> list[Path]:
-    """Every file under ``root`` that contains ``needle``, except the prompt's own copies."""
+    """Every file under ``root`` that contains ``needle``, except the prompt's own copies
+    and a run's admission.json, which must be private to hopper's user (mode 0600)."""
     hits = []
     for path in root.rglob("*"):
         prompt = path.name.endswith((".prompt.md", "prompt.md"))
+        if path.name == ADMISSION_FILE and path.parent.parent == root / "runs":
+            assert stat.S_IMODE(path.lstat().st_mode) == ADMISSION_MODE == 0o600, path
+            continue
         if path.is_file() and not prompt and needle.encode() in path.read_bytes():
             hits.append(path)
     return hits
@@ -51,6 +57,7 @@ def test_env_reaches_a_bash_job_and_never_hopper_files(
     assert record["state"] == "succeeded", record["detail"]
     log = (layout.run_dir(str(record["id"])) / "job.log").read_text()
     assert f"token length {len(SECRET)}" in log and f"job {record['id']}" in log
+    assert (layout.run_dir(str(record["id"])) / ADMISSION_FILE).exists()  # checked 0600 below
     assert files_holding(layout.root, SECRET) == []
     assert SECRET not in result.stderr + result.stdout  # the watcher's own log
 

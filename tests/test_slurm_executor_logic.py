@@ -22,9 +22,10 @@ from hopper.core.slurm_parse import (
     parse_exit_file,
     settle,
 )
+from hopper.core.slurm_resources import slurm_request
 from hopper.core.states import Reason
 from hopper.executors import slurm_runner
-from hopper.executors.slurm_runner import SlurmExecutor, StateView, slurm_request
+from hopper.executors.slurm_runner import SlurmExecutor, StateView
 from hopper.store.layout import Layout
 
 

@@ -18,6 +18,7 @@ from hopper.configfile import CONFIG_LIMIT
 from hopper.configfile import config_path as config_path  # re-exported: its old home
 from hopper.core.durations import BadDuration, parse_duration, parse_positive_duration
 from hopper.core.sizes import BadSize, parse_limit
+from hopper.core.slurm_resources import ResourceError, resource_args
 from hopper.errors import ConfigError
 from hopper.store.saferead import UnreadableFile, read_text
 
@@ -121,8 +122,6 @@ def _slurm_resource(key: str) -> object:
     def check(value: object) -> object:
         if value is None:
             return value
-        from hopper.executors.slurm import ResourceError, resource_args
-
         try:
             resource_args({key: value})
         except ResourceError as exc:

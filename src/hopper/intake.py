@@ -14,19 +14,16 @@ from datetime import datetime
 from pathlib import Path
 
 from hopper.agents.base import Agent
-from hopper.agents.registry import UnknownAgent, lookup
 from hopper.clock import Clock
-from hopper.config import Config, Route
-from hopper.core import lifecycle, routing
-from hopper.core import prompt as prompts
+from hopper.config import Config
+from hopper.core import admission, lifecycle
 from hopper.core.jobid import prompt_stem
 from hopper.core.lifecycle import Admitted, ExitFigures
-from hopper.core.prompt import BadPrompt, PromptSpec
-from hopper.core.record import JobHooks, JobRecord
+from hopper.core.prompt import BadPrompt
+from hopper.core.record import JobRecord
 from hopper.core.states import JobState, Reason
-from hopper.executors.container import container_request
-from hopper.executors.slurm_runner import slurm_request
 from hopper.store import ledger, saferead
+from hopper.store.admission import write_admission
 from hopper.store.claim import Claimed, claim, read_claim
 from hopper.store.finalize import file_terminal
 from hopper.store.jobfile import PROMPT_FILE
@@ -124,81 +121,28 @@ class Intake:
                 "the prompt is filed under that name); rename it to UTF-8 and submit it again",
             )
         try:
-            spec = prompts.parse(read_prompt(run_dir / PROMPT_FILE, self.config.max_prompt_bytes))
+            data = read_prompt(run_dir / PROMPT_FILE, self.config.max_prompt_bytes)
         except BadPrompt as exc:
             return self.reject(run_dir, base, Reason.BAD_PROMPT, exc.describe(claimed.inbox_rel))
-        settings = self._queued(base, spec)
-        step = lifecycle.admitted(base, Admitted(now, settings))
+        verdict = admission.admit(
+            data,
+            job_id=claimed.job_id,
+            inbox_path=claimed.inbox_rel,
+            config=self.config,
+            agents=self.agents.keys(),
+        )
+        if isinstance(verdict, admission.Refusal):
+            rejected = lifecycle.admitted(base, Admitted(now, verdict.settings)).record
+            return self.reject(run_dir, rejected, verdict.reason, verdict.detail)
+        step = lifecycle.admitted(base, Admitted(now, verdict.settings))
         record = step.record
-        try:
-            resources = slurm_request(record.executor, spec, self.config.slurm)
-            container = container_request(record.executor, spec, self.config.container, base.id)
-        except BadPrompt as exc:
-            return self.reject(run_dir, record, Reason.BAD_PROMPT, exc.describe(claimed.inbox_rel))
-        if resources or container:
-            step = lifecycle.admitted(
-                base,
-                Admitted(now, {**settings, "slurm_resources": resources, "container": container}),
-            )
-            record = step.record
-        try:
-            lookup(self.agents, record.agent)
-        except UnknownAgent as exc:
-            return self.reject(run_dir, record, Reason.UNKNOWN_AGENT, f"{claimed.inbox_rel}: {exc}")
-        if record.agent == "bash":
-            try:
-                prompts.refuse_agent_only_keys(spec.options)
-            except BadPrompt as exc:
-                detail = exc.describe(claimed.inbox_rel)
-                return self.reject(run_dir, record, Reason.BAD_PROMPT, detail)
+        # Before the queued record: a queued job has what its start needs (0600: env).
+        write_admission(run_dir, verdict.start)
         # Not fsynced: if a power cut loses it, prompt.md and claim.json are still
         # there and recovery completes the claim; the running record is durable.
         ledger.commit(run_dir, step, durable=False, crash="claim.after_record")
         log.info("job=%s state=queued name=%s agent=%s", record.id, record.name, record.agent)
         return record
-
-    def _queued(self, base: JobRecord, spec: PromptSpec) -> dict[str, object]:
-        """The job's settings: front matter wins over the inbox route, which wins
-        over the config."""
-        opts = spec.options
-        timeout = spec.timeout_seconds
-        folders = routing.subpath(base.inbox_path)
-        match = routing.match_route(list(self.config.routes), folders)
-        route = self.config.routes[match.key] if match else Route()
-        values = match.values if match else {}
-
-        def routed(value: str | None) -> str | None:
-            return routing.fill(value, values) if value is not None else None
-
-        workspace = routing.first(opts.workspace, route.workspace) or "none"
-        workdir = routing.first(opts.workdir, routed(route.workdir), self.config.workdir)
-        worktree = workspace == "worktree"
-        return {
-            "name": opts.name or base.name,
-            "agent": routing.first(opts.agent, route.agent) or self.config.default_agent,
-            "workdir": workdir,
-            "timeout_seconds": routing.first(timeout, route.timeout, self.config.timeout),
-            "retries": opts.retries if opts.retries is not None else self.config.retries,
-            "session": opts.session,
-            "priority": routing.first(opts.priority, route.priority) or 0,
-            "group": routing.first(opts.group, routed(route.group), routing.group_of(folders)),
-            "after": list(opts.after),
-            "retry_of": opts.retry_of,
-            "workspace": workspace,
-            "repo": workdir if worktree else None,
-            "ref": routing.first(opts.ref, routed(route.ref)) if worktree else None,
-            "branch": opts.branch if worktree else None,
-            "memory_max_bytes": spec.limit_bytes("memory_max", self.config.memory_max),
-            "output_max_bytes": spec.limit_bytes("output_max", self.config.output_max),
-            "executor": routing.first(opts.executor, route.executor) or self.config.executor,
-            "hooks": JobHooks(
-                on_success=opts.on_success,
-                on_failure=opts.on_failure,
-                on_finish=opts.on_finish,
-            )
-            if (opts.on_success or opts.on_failure or opts.on_finish)
-            else None,
-        }
 
     def reject(self, run_dir: Path, record: JobRecord, reason: Reason, detail: str) -> JobRecord:
         """End a job that cannot run: terminal record, prompt filed under processed/."""

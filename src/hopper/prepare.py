@@ -9,6 +9,7 @@ job as failed with that reason.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,14 +22,17 @@ from hopper.config import Config
 from hopper.core import lifecycle
 from hopper.core import prompt as prompts
 from hopper.core.lifecycle import WorkspaceReady
-from hopper.core.prompt import BadPrompt
+from hopper.core.prompt import BadPrompt, PromptSpec
 from hopper.core.record import JobRecord
 from hopper.core.templates import template_values
 from hopper.intake import read_prompt
 from hopper.proc import treekill
+from hopper.store.admission import ADMISSION_FILE, AdmissionUnusable, read_admission
 from hopper.store.atomic import write_atomic
 from hopper.store.jobfile import PROMPT_FILE
 from hopper.store.layout import Layout
+
+log = logging.getLogger(__name__)
 
 WORK_DIR = "work"  # the default working directory, inside the run directory
 
@@ -131,6 +135,30 @@ def job_environment(
     }
 
 
+def admitted_prompt(record: JobRecord, run_dir: Path, max_prompt_bytes: int) -> PromptSpec:
+    """The prompt as admitted at claim, from ``admission.json``; prompt.md is not read.
+
+    A job with no usable admission.json — claimed by a hopper that did not
+    keep one (queued across an upgrade), or one lost to a power cut, or one
+    a job overwrote — is not failed: its prompt.md is read and parsed, as
+    every start did before admission.json, and a warning says so.
+    """
+    why = "there is none (claimed by an older hopper, or lost in a crash)"
+    try:
+        start = read_admission(run_dir, record.id, max_prompt_bytes)
+    except AdmissionUnusable as exc:
+        start, why = None, f"it is not usable: {exc.why}"
+    if start is not None:
+        return start.prompt()
+    log.warning(
+        "job=%s no admission record in %s: %s; reading its prompt.md as admitted",
+        record.id,
+        run_dir / ADMISSION_FILE,
+        why,
+    )
+    return prompts.parse(read_prompt(run_dir / PROMPT_FILE, max_prompt_bytes))
+
+
 def prepare(
     layout: Layout,
     config: Config,
@@ -140,10 +168,12 @@ def prepare(
 ) -> Prepared:
     """The agent's preparation (its files written), the working directory, the environment.
 
-    ``record`` already carries its workspace (:func:`with_workspace`).
-    Raises :class:`BadPrompt` when the prompt or the workdir cannot be used.
+    ``record`` already carries its workspace (:func:`with_workspace`); the
+    prompt is the one admitted at claim (:func:`admitted_prompt`). Raises
+    :class:`BadPrompt` when the workdir, a session or the agent's CLI cannot
+    be used, or a job claimed before admission.json existed has a bad prompt.
     """
-    spec = prompts.parse(read_prompt(run_dir / PROMPT_FILE, config.max_prompt_bytes))
+    spec = admitted_prompt(record, run_dir, config.max_prompt_bytes)
     workdir = workdir_of(record, run_dir)
     agent = lookup(agents, record.agent)
     values = template_values(record, workdir)

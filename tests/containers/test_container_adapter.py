@@ -13,20 +13,20 @@ import pytest
 from hopper.agents.argv import in_container
 from hopper.config import Config
 from hopper.core import prompt as prompts
+from hopper.core.container_job import container_request
 from hopper.core.mounts import plan
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import ContainerJob
+from hopper.core.slurm_resources import slurm_request
 from hopper.executors.container import (
     ContainerUnavailable,
     check_image,
-    container_request,
     inspect,
     remove,
     resolve_engine,
     run_argv,
     shim_argv,
 )
-from hopper.executors.slurm_runner import slurm_request
 
 JOB = ContainerJob(name="hopper-j1", image="img:1", network="none", cpus=2)
 

@@ -28,13 +28,12 @@ from hopper.core.slurm_parse import (
     split_wait_status,
     states_for,
 )
+from hopper.core.slurm_resources import ResourceError, resource_args
 from hopper.core.states import Reason
 from hopper.executors.slurm import (
     NO_WORKDIR_EXIT,
-    ResourceError,
     batch_script,
     filename_pattern,
-    resource_args,
     sbatch_argv,
     time_limit_minutes,
 )

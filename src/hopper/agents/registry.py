@@ -9,6 +9,7 @@ from hopper.agents.codex import CODEX
 from hopper.agents.custom import CUSTOM
 from hopper.agents.driven import DrivenAgent
 from hopper.config import AgentConfig, Config
+from hopper.core.admission import unknown_agent
 
 PLANNED: frozenset[str] = frozenset()
 
@@ -22,7 +23,7 @@ class UnknownAgent(LookupError):
                 f"available: {', '.join(known)}"
             )
         else:
-            text = f"unknown agent {name!r}; available: {', '.join(known)}"
+            text = unknown_agent(name, known)
         super().__init__(text)
 
 

@@ -20,15 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hopper.config import ContainerConfig
 from hopper.core import mounts
 from hopper.core.mounts import MountMap
-from hopper.core.prompt import BadPrompt, PromptSpec
 from hopper.core.record import ContainerJob
 
 log = logging.getLogger(__name__)
 
-NAME_PREFIX = "hopper-"
 SHIM = Path(__file__).with_name("container_run.py")
 STOP_MARGIN = 5.0  # seconds the supervisor waits beyond the engine's own stop grace
 ENGINE_TIMEOUT = 60.0  # seconds for one inspect / rm call
@@ -41,10 +38,6 @@ class ContainerUnavailable(Exception):
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
-
-
-def container_name(job_id: str) -> str:
-    return NAME_PREFIX + job_id
 
 
 def resolve_engine(
@@ -66,38 +59,6 @@ def resolve_engine(
     raise ContainerUnavailable(
         "no container engine: neither podman nor docker is on PATH; install one "
         '(apt-get install podman) or set [container] engine = ["/path/to/engine"] in the config'
-    )
-
-
-def container_request(
-    executor: str, spec: PromptSpec, defaults: ContainerConfig, job_id: str
-) -> ContainerJob | None:
-    """What a container job runs in (front matter, else ``[container]``); BadPrompt if unusable.
-
-    ``image``, ``mounts`` and ``network`` on a job of another executor are an
-    error, not silently ignored: the job would not run where it asked to.
-    """
-    opts = spec.options
-    given = [k for k in ("image", "mounts", "network") if getattr(opts, k) is not None]
-    if executor != "container":
-        if given:
-            raise BadPrompt(
-                f"{', '.join(given)} only apply to container jobs",
-                hint='add executor = "container", or remove them',
-            )
-        return None
-    image = opts.image or defaults.image
-    if image is None:
-        raise BadPrompt(
-            "a container job needs an image",
-            hint='add image = "…" to the front matter, or [container] image to the config',
-        )
-    return ContainerJob(
-        name=container_name(job_id),
-        image=image,
-        mounts=list(opts.mounts or []),
-        network=opts.network,
-        cpus=opts.cpus,
     )
 
 

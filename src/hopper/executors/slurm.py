@@ -43,16 +43,12 @@ from hopper.core.slurm_parse import (
     parse_squeue_json,
     states_for,
 )
+from hopper.core.slurm_resources import resource_args
 from hopper.store.atomic import write_atomic
 
 BATCH_SCRIPT = "slurm.sh"  # the wrapper, in the run directory
 ACTIVE_HELD_REASON = "JobHeldUser"  # squeue's reason for a job submitted with --hold
 COMMAND_TIMEOUT = 60.0  # seconds for one client call (Slurm's MessageTimeout is 10 s)
-
-# Front-matter resources -> sbatch options, with the values each accepts.
-_MEM = re.compile(r"[1-9]\d*[KMGT]?", re.IGNORECASE)
-_GRES = re.compile(r"[A-Za-z][\w.\-]*(:[\w.\-]+)*(,[A-Za-z][\w.\-]*(:[\w.\-]+)*)*")
-RESOURCES = ("cpus", "mem", "gres")
 
 
 class SlurmError(RuntimeError):
@@ -61,10 +57,6 @@ class SlurmError(RuntimeError):
 
 class SlurmUnavailable(SlurmError):
     """The controller could not be asked (not: the job is gone)."""
-
-
-class ResourceError(ValueError):
-    """A resource in the front matter sbatch would not accept; the message says which."""
 
 
 def _absolute(path: Path, what: str) -> Path:
@@ -90,35 +82,6 @@ def time_limit_minutes(timeout_seconds: float) -> int:
     if timeout_seconds <= 0 or math.isnan(timeout_seconds) or math.isinf(timeout_seconds):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout_seconds!r}")
     return max(1, math.ceil(timeout_seconds / 60))
-
-
-def resource_args(resources: Mapping[str, object]) -> list[str]:
-    """``{"cpus": 2, "mem": "4G", "gres": "gpu:1"}`` -> sbatch options, validated."""
-    unknown = sorted(set(resources) - set(RESOURCES))
-    if unknown:
-        raise ResourceError(
-            f"unknown Slurm resource {', '.join(unknown)}: use {', '.join(RESOURCES)}"
-        )
-    args: list[str] = []
-    cpus = resources.get("cpus")
-    if cpus is not None:
-        if isinstance(cpus, bool) or not isinstance(cpus, int | str) or not str(cpus).isdigit():
-            raise ResourceError(f"cpus must be a whole number, not {cpus!r}")
-        if int(cpus) < 1:
-            raise ResourceError(f"cpus must be at least 1, not {cpus!r}")
-        args.append(f"--cpus-per-task={int(cpus)}")
-    mem = resources.get("mem")
-    if mem is not None:
-        text = str(mem) if isinstance(mem, int) and not isinstance(mem, bool) else mem
-        if not isinstance(text, str) or not _MEM.fullmatch(text):
-            raise ResourceError(f"mem must be megabytes or a size such as 512M or 4G, not {mem!r}")
-        args.append(f"--mem={text.upper()}")
-    gres = resources.get("gres")
-    if gres is not None:
-        if not isinstance(gres, str) or not _GRES.fullmatch(gres):
-            raise ResourceError(f"gres must look like gpu:1 or gpu:a100:2, not {gres!r}")
-        args.append(f"--gres={gres}")
-    return args
 
 
 def sbatch_argv(

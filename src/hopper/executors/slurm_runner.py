@@ -31,7 +31,6 @@ from pathlib import Path
 from hopper.config import SlurmConfig
 from hopper.core import lifecycle
 from hopper.core.lifecycle import Started
-from hopper.core.prompt import BadPrompt, PromptSpec
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import RunSnapshot
 from hopper.core.slurm_parse import (
@@ -50,15 +49,12 @@ from hopper.executors.protocol import Context, Deferred, Ended, How, Launch, Pol
 from hopper.executors.slurm import (
     ACTIVE_HELD_REASON,
     EXIT_STATUS_FILE,
-    RESOURCES,
-    ResourceError,
     SlurmError,
     SlurmUnavailable,
     cancel,
     list_jobs,
     query,
     release,
-    resource_args,
     sbatch_argv,
     submit,
     write_job_wrapper,
@@ -74,39 +70,6 @@ log = logging.getLogger(__name__)
 FAST_QUERY = 0.5  # seconds between queries while a wrapper has recorded an exit
 RETRY_SUBMIT = 5.0  # seconds before a submit is tried again when Slurm did not answer
 WARN_EVERY = 60.0  # seconds between "Slurm unavailable" log lines
-
-
-def slurm_request(executor: str, spec: PromptSpec, defaults: SlurmConfig) -> dict[str, int | str]:
-    """The resources a job asks of Slurm: front matter, else ``[slurm]``; validated.
-
-    ``cpus``, ``mem`` and ``gres`` on a local job are an error (a bad prompt),
-    not silently ignored: the job would not get what it asked for.
-    """
-    opts = spec.options
-    asked: dict[str, int | str] = {}
-    for key in RESOURCES:
-        value = getattr(opts, key)
-        if value is not None:
-            asked[key] = value
-    if executor != "slurm":
-        if executor == "container":
-            asked.pop("cpus", None)  # the engine's --cpus (executors/container.py)
-        if asked:
-            raise BadPrompt(
-                f"{', '.join(asked)} only apply to Slurm jobs",
-                hint='add executor = "slurm", or remove them',
-            )
-        return {}
-    merged = dict(asked)
-    for key in RESOURCES:
-        default = getattr(defaults, key)
-        if key not in merged and default is not None:
-            merged[key] = default
-    try:
-        resource_args(merged)
-    except ResourceError as exc:
-        raise BadPrompt(str(exc), hint="see docs/slurm.md") from None
-    return merged
 
 
 def read_exit_file(run_dir: Path, slurm_id: str) -> SlurmExitFile | None:

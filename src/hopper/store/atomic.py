@@ -36,7 +36,12 @@ def open_dir(path: Path, *, follow: bool) -> int:
 
 
 def write_atomic(
-    path: Path, data: bytes, *, durable: bool = True, follow_parent: bool = True
+    path: Path,
+    data: bytes,
+    *,
+    durable: bool = True,
+    follow_parent: bool = True,
+    mode: int = 0o644,
 ) -> None:
     """Replace ``path`` with ``data`` atomically.
 
@@ -46,11 +51,13 @@ def write_atomic(
     content stays; the OSError (ENOSPC, EACCES …) propagates. A directory
     planted at ``path`` is moved aside (see :func:`displace`).
     ``follow_parent=False``: ``path``'s directory must not be a symlink (ELOOP).
+    ``mode`` is the new file's (0o600 for one holding secrets): it is created
+    with it, never readable by others for an instant (the umask can only narrow it).
     """
     dir_fd = open_dir(path.parent, follow=follow_parent)
     try:
         tmp = temp_name(path).name
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode, dir_fd=dir_fd)
         try:
             try:
                 view = memoryview(data)

@@ -1,0 +1,65 @@
+"""``runs/<id>/admission.json``: what start needs of a prompt, written once at claim.
+
+The :class:`~hopper.core.admission.StartSpec` holds the prompt's options and
+body as parsed at claim, including its ``env`` values, which may be secrets:
+the file is created mode 0600 (store/atomic.py), and nothing else in hopper
+copies those values into job.json, events or logs. Start reads it instead of
+prompt.md, so an edited prompt.md cannot change what runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hopper.core.admission import StartSpec
+from hopper.store.atomic import write_atomic
+from hopper.store.saferead import UnreadableFile, read_model
+
+ADMISSION_FILE = "admission.json"
+ADMISSION_MODE = 0o600
+# JSON escapes a control character as six bytes (\u0001): room for a prompt
+# of max_prompt_bytes made of nothing else, plus its env (64 KiB, escaped).
+_ESCAPE = 6
+_ENV_ROOM = 1 << 20
+
+
+def admission_limit(max_prompt_bytes: int) -> int:
+    """The most bytes an admission.json of a prompt of at most ``max_prompt_bytes`` holds."""
+    return _ESCAPE * max_prompt_bytes + _ENV_ROOM
+
+
+def write_admission(run_dir: Path, start: StartSpec) -> None:
+    """Write ``admission.json`` (0600, atomic; not fsynced, like the queued record).
+
+    Written before the queued job.json, so a queued record normally has one;
+    a power cut can still lose it (see :func:`read_admission`).
+    """
+    data = start.model_dump_json().encode()
+    write_atomic(
+        run_dir / ADMISSION_FILE, data, durable=False, follow_parent=False, mode=ADMISSION_MODE
+    )
+
+
+class AdmissionUnusable(Exception):
+    """admission.json is there but not the one written at claim for this job."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+def read_admission(run_dir: Path, job_id: str, max_prompt_bytes: int) -> StartSpec | None:
+    """The job's StartSpec; None if there is no admission.json (claimed before hopper
+    kept one, or lost to a power cut). Raises :class:`AdmissionUnusable` when the file
+    is not a regular file holding this job's spec (the message says why)."""
+    path = run_dir / ADMISSION_FILE
+    hint = "admission.json is written by hopper at claim; a job that rewrites it is not trusted"
+    try:
+        start = read_model(StartSpec, path, admission_limit(max_prompt_bytes), hint=hint)
+    except FileNotFoundError:
+        return None
+    except UnreadableFile as exc:
+        raise AdmissionUnusable(exc.message) from None
+    if start.job_id != job_id:
+        raise AdmissionUnusable(f"it is job {start.job_id}'s, not {job_id}'s")
+    return start

@@ -1,0 +1,121 @@
+"""A prompt is admitted once, at claim: start runs what was admitted, never prompt.md again.
+
+Each test stops a watcher right after it queued a job (the crash point
+``claim.after_record``), changes the run directory the way a user, a job or
+an upgrade could, and lets the next watcher start the job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from subprocess import CompletedProcess
+
+import pytest
+
+from conftest import drop
+from hopper.core.admission import StartSpec
+from hopper.core.prompt import parse
+from hopper.store.admission import (
+    ADMISSION_FILE,
+    AdmissionUnusable,
+    read_admission,
+    write_admission,
+)
+from hopper.store.layout import Layout
+
+Hopper = Callable[..., CompletedProcess[str]]
+
+
+def queued_then_stopped(layout: Layout, hopper: Hopper, text: str) -> Path:
+    """Drop ``text``, let a watcher queue it and die there; the run directory."""
+    drop(layout, "job", text)
+    crashed = hopper("run", "--until-idle", env={"HOPPER_CRASH_AT": "claim.after_record"})
+    assert crashed.returncode != 0
+    (run_dir,) = layout.runs.iterdir()
+    assert json.loads((run_dir / "job.json").read_text())["state"] == "queued"
+    return run_dir
+
+
+def finished(run_dir: Path) -> dict[str, object]:
+    record: dict[str, object] = json.loads((run_dir / "job.json").read_text())
+    return record
+
+
+def script(out: Path, word: str) -> str:
+    return f'+++\nagent = "bash"\nenv = {{ WORD = "{word}" }}\n+++\necho "{word} $WORD" > {out}\n'
+
+
+def test_editing_prompt_md_after_the_claim_does_not_change_what_runs(
+    layout: Layout, hopper: Hopper, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    run_dir = queued_then_stopped(layout, hopper, script(out, "admitted"))
+    assert stat.S_IMODE((run_dir / ADMISSION_FILE).stat().st_mode) == 0o600
+    (run_dir / "prompt.md").write_text(script(out, "edited"))
+    assert hopper("run", "--until-idle").returncode == 0
+    assert out.read_text() == "admitted admitted\n"  # the admitted script and env
+    assert finished(run_dir)["state"] == "succeeded"
+
+
+def test_a_prompt_that_parsed_at_claim_cannot_become_bad_prompt_at_start(
+    layout: Layout, hopper: Hopper, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    run_dir = queued_then_stopped(layout, hopper, script(out, "fine"))
+    (run_dir / "prompt.md").write_text("+++\nagent = \n")  # no longer parses
+    assert hopper("run", "--until-idle").returncode == 0
+    record = finished(run_dir)
+    assert (record["state"], record["reason"]) == ("succeeded", "completed"), record["detail"]
+    assert out.read_text() == "fine fine\n"
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        ("remove", "there is none (claimed by an older hopper"),
+        ("other-job", "it is not usable: it is job someone-else's, not "),
+        ("garbage", "it is not usable: "),
+    ],
+)
+def test_a_job_without_a_usable_admission_record_runs_its_prompt_md(
+    layout: Layout, hopper: Hopper, tmp_path: Path, damage: str, why: str
+) -> None:
+    """A job queued by an older hopper (no admission.json) still runs after the upgrade."""
+    out = tmp_path / "out"
+    run_dir = queued_then_stopped(layout, hopper, script(out, "old"))
+    path = run_dir / ADMISSION_FILE
+    if damage == "remove":
+        path.unlink()
+    elif damage == "other-job":
+        start = StartSpec.of("someone-else", parse(script(out, "other").encode()))
+        path.unlink()
+        write_admission(run_dir, start)
+    else:
+        path.write_text("{not json")
+    result = hopper("run", "--until-idle")
+    assert result.returncode == 0
+    assert finished(run_dir)["state"] == "succeeded"
+    assert out.read_text() == "old old\n"
+    assert f"no admission record in {path}: {why}" in result.stderr
+
+
+def test_read_admission(tmp_path: Path) -> None:
+    start = StartSpec.of("j1", parse(b'+++\nenv = { K = "v" }\n+++\ntask\n'))
+    assert read_admission(tmp_path, "j1", 1 << 20) is None
+    write_admission(tmp_path, start)
+    assert read_admission(tmp_path, "j1", 1 << 20) == start
+    assert stat.S_IMODE((tmp_path / ADMISSION_FILE).stat().st_mode) == 0o600
+    with pytest.raises(AdmissionUnusable, match="it is job j1's, not j2's"):
+        read_admission(tmp_path, "j2", 1 << 20)
+    elsewhere = tmp_path / "elsewhere.json"
+    os.replace(tmp_path / ADMISSION_FILE, elsewhere)
+    (tmp_path / ADMISSION_FILE).symlink_to(elsewhere)
+    with pytest.raises(AdmissionUnusable):
+        read_admission(tmp_path, "j1", 1 << 20)  # a link is never followed
+    write_admission(tmp_path, start)  # replaces the link, never writes through it
+    assert not (tmp_path / ADMISSION_FILE).is_symlink()
+    assert read_admission(tmp_path, "j1", 1 << 20) == start
