@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hopper.config import Config, Route, SlurmConfig
 from hopper.core.admission import Admission, Refusal, StartSpec, admit, settings_for
 from hopper.core.prompt import parse
-from hopper.core.record import JobHooks
+from hopper.core.record import ContainerJob, JobHooks
 from hopper.core.states import Reason
 
 AGENTS = ("bash", "claude", "codex")
@@ -267,3 +267,17 @@ def test_start_spec_survives_its_file(body: str, env: dict[str, str]) -> None:
     again = StartSpec.model_validate_json(start.model_dump_json().encode())
     assert again == start
     assert again.prompt() == spec
+
+
+def test_container_requests_are_checked_at_admission() -> None:
+    config = Config.model_validate({"container": {"image": "python:3.12-slim"}})
+    got = admitted(front(agent="bash", executor="container", cpus=2, network="none"), config)
+    container = got.settings["container"]
+    assert isinstance(container, ContainerJob)
+    assert container.image == "python:3.12-slim"
+    assert (container.cpus, container.network, container.name) == (2, "none", f"hopper-{JOB}")
+    assert got.settings["slurm_resources"] == {}  # cpus went to the engine, not Slurm
+    bad = refused(front(agent="bash", executor="container"))
+    assert bad.reason is Reason.BAD_PROMPT and "a container job needs an image" in bad.detail
+    bad = refused(front(agent="bash", image="x"))
+    assert "image only apply to container jobs" in bad.detail
