@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from hopper.config import Config, config_path, load_config
+from hopper.core.schedule import SlotLimits
 from hopper.errors import ConfigError
 
 
@@ -44,6 +45,21 @@ def test_home_config_dir_fallback(tmp_path: Path) -> None:
     (tmp_path / ".config" / "hopper").mkdir(parents=True)
     (tmp_path / ".config" / "hopper" / "config.toml").write_text("max_parallel = 2\n")
     assert load_config(None, {"HOME": str(tmp_path)}).max_parallel == 2
+
+
+def test_slot_limits_carry_max_parallel_and_the_limits_table(tmp_path: Path) -> None:
+    """The scheduler's limits are built from the config in one place, every field carried."""
+    path = write(
+        tmp_path,
+        "max_parallel = 6\n[limits]\nagent_default = 2\ngroup_default = 3\n"
+        "agents = { codex = 1 }\ngroups = { night = 4 }\n",
+    )
+    limits = load_config(str(path), {}).slot_limits()
+    assert limits == SlotLimits(
+        max_parallel=6, agents={"codex": 1}, agent_default=2, groups={"night": 4}, group_default=3
+    )
+    assert [limits.for_agent(a) for a in ("bash", "claude", "codex")] == [6, 2, 1]
+    assert [limits.for_group(g) for g in ("night", "day", None)] == [4, 3, None]
 
 
 def test_durations_parse(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from hopper.core.hosts import Beat, HostView, host_dead, pulse_stale
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import Action, RunSnapshot, decide
-from hopper.core.schedule import Elsewhere, Limits, Pause, schedule
+from hopper.core.schedule import Elsewhere, Pause, SlotLimits, schedule
 from hopper.core.states import JobState
 from hopper.store.layout import Layout
 from hopper.store.leases import Lease, Scope, SlotLeases, create_exclusive, scope_name
@@ -100,7 +100,7 @@ def test_a_dead_hosts_queued_finished_and_claimed_jobs_are_taken() -> None:
 # -- global counts in the scheduler -------------------------------------------------
 def test_slots_held_elsewhere_count_against_the_limits() -> None:
     queued = [record(JobState.QUEUED, n) for n in range(3)]
-    limits = Limits(max_parallel=3)
+    limits = SlotLimits(max_parallel=3)
     common = dict(pause=Pause(), known=[], now=NOW, dependency_timeout=60.0)
     assert len(schedule(queued, [], limits, **common).start) == 3  # type: ignore[arg-type]
     held = schedule(queued, [], limits, elsewhere=Elsewhere(total=2), **common)  # type: ignore[arg-type]

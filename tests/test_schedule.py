@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hopper.core.record import JobRecord
-from hopper.core.schedule import KnownJob, Limits, Pause, cycles, resolve, schedule
+from hopper.core.schedule import KnownJob, Pause, SlotLimits, cycles, resolve, schedule
 from hopper.core.states import JobState, Reason
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
-WIDE = Limits(max_parallel=100, agent_default=100)
+WIDE = SlotLimits(max_parallel=100, agent_default=100)
 NO_PAUSE = Pause()
 
 
@@ -41,7 +41,7 @@ def decide(queued, running=(), limits=WIDE, pause=NO_PAUSE, extra=(), now=NOW, t
 
 def test_priority_then_claim_order() -> None:
     a, b, c = job(1), job(2, priority=5), job(3, priority=5)
-    d = decide([a, b, c], limits=Limits(max_parallel=2))
+    d = decide([a, b, c], limits=SlotLimits(max_parallel=2))
     assert d.start == [b.id, c.id]
     assert d.waiting[a.id] == "all slots busy"
 
@@ -49,14 +49,14 @@ def test_priority_then_claim_order() -> None:
 def test_per_agent_default_limits() -> None:
     claude = [job(i, agent="claude") for i in range(3)]
     bash = [job(10 + i) for i in range(3)]
-    d = decide(claude + bash, limits=Limits(max_parallel=4))
+    d = decide(claude + bash, limits=SlotLimits(max_parallel=4))
     assert d.start == [claude[0].id, *(b.id for b in bash)]  # agents 1 each, bash up to max
 
 
 def test_agent_and_group_limits_count_running_jobs() -> None:
     running = job(0, state=JobState.RUNNING, agent="codex", group="night")
     queued = [job(1, agent="codex"), job(2, group="night"), job(3, group="day")]
-    limits = Limits(max_parallel=10, agents={"codex": 1}, groups={"night": 1})
+    limits = SlotLimits(max_parallel=10, agents={"codex": 1}, groups={"night": 1})
     assert decide(queued, [running], limits=limits).start == [queued[2].id]
 
 
@@ -64,7 +64,7 @@ def test_a_job_that_fits_is_not_held_behind_one_that_does_not() -> None:
     big = job(1, agent="claude", priority=9)
     running = job(0, state=JobState.RUNNING, agent="claude")
     small = job(2)
-    assert decide([big, small], [running], limits=Limits(max_parallel=4)).start == [small.id]
+    assert decide([big, small], [running], limits=SlotLimits(max_parallel=4)).start == [small.id]
 
 
 def test_pause_all_and_pause_group() -> None:
@@ -163,7 +163,7 @@ sessions = st.sampled_from([None, None, "s1", "s2"])
 
 
 @st.composite
-def worlds(draw: st.DrawFn) -> tuple[list[JobRecord], list[JobRecord], Limits, Pause]:
+def worlds(draw: st.DrawFn) -> tuple[list[JobRecord], list[JobRecord], SlotLimits, Pause]:
     n = draw(st.integers(0, 12))
     records = []
     for i in range(n):
@@ -181,7 +181,7 @@ def worlds(draw: st.DrawFn) -> tuple[list[JobRecord], list[JobRecord], Limits, P
         )
     queued = [r for r in records if r.state is JobState.QUEUED]
     running = [r for r in records if r.state is JobState.RUNNING]
-    limits = Limits(
+    limits = SlotLimits(
         max_parallel=draw(st.integers(1, 6)),
         agents={"claude": draw(st.integers(1, 3))},
         agent_default=draw(st.integers(1, 2)),
@@ -194,7 +194,7 @@ def worlds(draw: st.DrawFn) -> tuple[list[JobRecord], list[JobRecord], Limits, P
 
 @settings(max_examples=300, deadline=None)
 @given(worlds())
-def test_properties(world: tuple[list[JobRecord], list[JobRecord], Limits, Pause]) -> None:
+def test_properties(world: tuple[list[JobRecord], list[JobRecord], SlotLimits, Pause]) -> None:
     queued, running, limits, pause = world
     everyone = known(*queued, *running)
     d = schedule(queued, running, limits, pause, everyone, NOW, 60.0)

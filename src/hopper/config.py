@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from hopper.configfile import CONFIG_LIMIT
 from hopper.configfile import config_path as config_path  # re-exported: its old home
 from hopper.core.durations import BadDuration, parse_duration, parse_positive_duration
+from hopper.core.schedule import SlotLimits
 from hopper.core.sizes import BadSize, parse_limit
 from hopper.core.slurm_resources import ResourceError, resource_args
 from hopper.errors import ConfigError
@@ -273,6 +274,16 @@ class Config(BaseModel):
     hooks: Hooks = Field(
         default_factory=lambda: Hooks(), description="completion hooks; see docs/scheduling.md"
     )
+
+    def slot_limits(self) -> SlotLimits:
+        """The scheduler's limits: ``max_parallel`` with the ``[limits]`` table."""
+        return SlotLimits(
+            max_parallel=self.max_parallel,
+            agents=self.limits.agents,
+            agent_default=self.limits.agent_default,
+            groups=self.limits.groups,
+            group_default=self.limits.group_default,
+        )
 
 
 def load_config(cli: str | None = None, env: Mapping[str, str] | None = None) -> Config:

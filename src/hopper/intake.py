@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from hopper.config import Config
 from hopper.core import admission, lifecycle
 from hopper.core.jobid import prompt_stem
 from hopper.core.lifecycle import Admitted, ExitFigures
+from hopper.core.owner import WatcherId
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState, Reason
@@ -30,12 +30,6 @@ from hopper.store.jobfile import PROMPT_FILE
 from hopper.store.layout import Layout
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Identity:
-    host: str
-    owner: str  # host:pid:start of this watcher
 
 
 def read_prompt(path: Path, limit: int) -> bytes:
@@ -67,7 +61,7 @@ class Intake:
         config: Config,
         agents: dict[str, Agent],
         clock: Clock,
-        ident: Identity,
+        ident: WatcherId,
     ) -> None:
         self.layout = layout
         self.config = config

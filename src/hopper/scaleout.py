@@ -28,12 +28,11 @@ from pathlib import Path
 from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core.hosts import Beat, HostView
-from hopper.core.owner import parse_owner
+from hopper.core.owner import WatcherId, parse_owner
 from hopper.core.record import JobRecord
-from hopper.core.schedule import Elsewhere, Limits
+from hopper.core.schedule import Elsewhere, SlotLimits
 from hopper.core.states import JobState, is_terminal
 from hopper.errors import JobFileCorrupt
-from hopper.intake import Identity
 from hopper.proc import identity
 from hopper.store.jobfile import read_record
 from hopper.store.layout import Layout
@@ -48,7 +47,7 @@ SWEEP_INTERVAL = 1.0  # seconds between stale-lease sweeps of one full scope
 
 class ScaleOut:
     def __init__(
-        self, layout: Layout, config: Config, ident: Identity, clock: Clock, limits: Limits
+        self, layout: Layout, config: Config, ident: WatcherId, clock: Clock, limits: SlotLimits
     ) -> None:
         self.layout = layout
         self.config = config

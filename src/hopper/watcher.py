@@ -30,16 +30,16 @@ from hopper.clock import Clock, SystemClock
 from hopper.config import Config
 from hopper.core import lifecycle
 from hopper.core.lifecycle import PriorityChange
-from hopper.core.owner import Owner
+from hopper.core.owner import Owner, WatcherId
 from hopper.core.record import JobRecord
 from hopper.core.recovery import Action
-from hopper.core.schedule import KnownJob, Limits, schedule
+from hopper.core.schedule import KnownJob, schedule
 from hopper.core.states import Reason
 from hopper.endings import Endings
 from hopper.executors import registry
 from hopper.executors.protocol import Context, Ended, Executor, How
 from hopper.hooks import HookRunner
-from hopper.intake import Identity, Intake
+from hopper.intake import Intake
 from hopper.loopguard import LoopGuard, is_unwritable
 from hopper.proc import identity
 from hopper.proc.openfiles import open_for_writing
@@ -91,17 +91,11 @@ class Watcher:
         self.clock = clock or SystemClock()
         host = host or socket.gethostname()
         started = identity.start_time(os.getpid()) or time.time()
-        self.ident = Identity(host=host, owner=Owner(host, os.getpid(), started).text())
+        self.ident = WatcherId(host=host, owner=Owner(host, os.getpid(), started).text())
         agents = agents or builtin_agents(config)
         self.intake = Intake(layout, config, agents, self.clock, self.ident)
         self.guard = LoopGuard()  # one set of failing steps, each logged once
-        self.limits = Limits(
-            max_parallel=config.max_parallel,
-            agents=config.limits.agents,
-            agent_default=config.limits.agent_default,
-            groups=config.limits.groups,
-            group_default=config.limits.group_default,
-        )
+        self.limits = config.slot_limits()
         self.scale = ScaleOut(layout, config, self.ident, self.clock, self.limits)
         self.hooks = HookRunner(self.clock)
         if executors is None:

@@ -1,7 +1,8 @@
 """The Slurm executor against a real one-node Slurm cluster (tests/slurm_cluster.py).
 
-Each job here is the real thing: a wrapper written by write_batch_script,
-submitted with sbatch_argv's argv, tracked with query, stopped with cancel.
+Each job here is the real thing: a wrapper written by write_batch_script
+(batch_script.py, beside this file), submitted with sbatch_argv's argv,
+tracked with query, stopped with cancel.
 Pure parsing and mapping tests are in test_slurm_parse.py. The timeout test
 needs about 90 s (Slurm limits are whole minutes, checked every 30 s) and runs
 only with HOPPER_SLURM_SLOW=1.
@@ -29,9 +30,10 @@ from hopper.executors.slurm import (
     release,
     sbatch_argv,
     submit,
-    write_batch_script,
 )
 from hopper.executors.slurm_runner import StateView
+
+from .batch_script import write_batch_script
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 

@@ -32,11 +32,12 @@ from hopper.core.slurm_resources import ResourceError, resource_args
 from hopper.core.states import Reason
 from hopper.executors.slurm import (
     NO_WORKDIR_EXIT,
-    batch_script,
     filename_pattern,
     sbatch_argv,
     time_limit_minutes,
 )
+
+from .batch_script import batch_script
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "slurm"
 JOBS: dict[str, str] = json.loads((DATA / "jobs.json").read_text())

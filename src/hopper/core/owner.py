@@ -11,6 +11,13 @@ from __future__ import annotations
 from typing import NamedTuple
 
 
+class WatcherId(NamedTuple):
+    """Who this watcher is: its host, and its owner string (:meth:`Owner.text`)."""
+
+    host: str
+    owner: str
+
+
 class Owner(NamedTuple):
     host: str
     pid: int

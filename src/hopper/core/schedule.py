@@ -45,7 +45,13 @@ BASH = "bash"
 
 
 @dataclass(frozen=True)
-class Limits:
+class SlotLimits:
+    """How many jobs may run at once: in all, per agent, per group.
+
+    Built from the config by :meth:`hopper.config.Config.slot_limits` (its
+    ``max_parallel`` and ``[limits]``), the one place the two meet.
+    """
+
     max_parallel: int
     agents: Mapping[str, int] = field(default_factory=dict)
     agent_default: int = 1
@@ -243,7 +249,7 @@ def _dependencies(
 def schedule(
     queued: Sequence[JobRecord],
     running: Sequence[JobRecord],
-    limits: Limits,
+    limits: SlotLimits,
     pause: Pause,
     known: Sequence[KnownJob],
     now: datetime,

@@ -11,9 +11,8 @@ resources from the front matter, ``--no-requeue`` (hopper's retry policy
 decides, Slurm never silently runs a job twice). :func:`query` asks the
 controller about many jobs with one call, :func:`list_jobs` lists them all
 (recovery finds a job by its name there); :func:`cancel` is ``scancel``.
-:func:`batch_script` is a plain wrapper around a script file, used by the
-tests of these edges against a real cluster. What the answers mean lives in
-:mod:`hopper.core.slurm_parse` (pure, tested on recorded output).
+What the answers mean lives in :mod:`hopper.core.slurm_parse` (pure, tested
+on recorded output).
 
 Every file named here must be visible at the same path on the compute node:
 the root is on a shared filesystem, as for several hosts on one root.
@@ -126,29 +125,6 @@ def sbatch_argv(
 # The wrapper's exit status when the workdir is missing on the compute node
 # (Slurm itself would run the job in /tmp instead, with only a log line).
 NO_WORKDIR_EXIT = 97
-
-
-def batch_script(script_path: Path, workdir: Path) -> str:
-    """The wrapper sbatch submits: runs the job's own script with bash, as its process.
-
-    It enters the workdir itself first: Slurm, when ``--chdir`` fails, logs an
-    error on the node and runs the job in /tmp, which no one would want.
-    """
-    script = shlex.quote(str(_absolute(script_path, "the job script")))
-    where = shlex.quote(str(_absolute(workdir, "the workdir")))
-    return (
-        "#!/bin/bash\n"
-        "# written by hopper: the job's script, run under Slurm\n"
-        f"cd -- {where} || exit {NO_WORKDIR_EXIT}\n"
-        f"exec bash {script}\n"
-    )
-
-
-def write_batch_script(run_dir: Path, script_path: Path, workdir: Path) -> Path:
-    """Write the wrapper into the run directory (atomically) and return its path."""
-    target = _absolute(run_dir, "the run directory") / BATCH_SCRIPT
-    write_atomic(target, batch_script(script_path, workdir).encode())
-    return target
 
 
 def _run(
