@@ -18,7 +18,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "scripts" / "bench"
-SECTIONS = ("throughput", "latency", "running", "backlog", "events_tail", "cli", "status")
+SECTIONS = (
+    "throughput",
+    "latency",
+    "running",
+    "backlog",
+    "events_tail",
+    "cli",
+    "status",
+    "flood",
+)
 
 
 def positive(summary: dict[str, float] | None, what: str) -> None:
@@ -95,6 +104,11 @@ def test_bench_quick(tmp_path: Path) -> None:
     for key in ("cold_s", "warm_filtered_s", "warm_table_s", "warm_json_s", "after_change_s"):
         positive(status[key], f"status {key}")
     assert "7. hopper status over" in result.stdout
+    flood = data["flood"]
+    assert flood["jobs"] >= 100 and not flood["capped"]
+    assert 0 < flood["drop_to_claim_s"] <= flood["drop_to_start_s"], flood
+    assert 0 <= flood["started_before"] <= flood["claimed_before"] <= flood["jobs"], flood
+    assert "8. a prompt (priority 10) dropped" in result.stdout
 
     leftovers = [p for p in tmp_path.iterdir() if p.name.startswith("hopper-bench-")]
     assert leftovers == [], "the bench must remove its temporary directory"

@@ -50,6 +50,7 @@ from hopper.sdnotify import Notifier
 from hopper.store import ledger
 from hopper.store.claim import ClaimFailed
 from hopper.store.inbox import Candidate, candidate, in_scope, is_settled, scan
+from hopper.store.inbox_backlog import Backlog
 from hopper.store.inbox_events import InboxEvents, InboxObserver
 from hopper.store.jobfile import ABORT_FILE
 from hopper.store.known import KnownJobs
@@ -63,6 +64,7 @@ log = logging.getLogger(__name__)
 QUEUE_SWEEP_INTERVAL = 1.0  # seconds between full passes over the queued jobs
 WINDOW_MIN = 64  # queued jobs below this count are always scheduled in full
 CLAIM_BATCH = 256  # prompts claimed per turn at most; the rest wait for the next turn
+CLAIM_BUDGET = 0.2  # seconds of claiming per turn at most: starts and exits wait no longer
 DEGRADED_RETRY = 1.0  # seconds between write probes while the root takes no writes
 
 
@@ -115,7 +117,7 @@ class Watcher:
             layout, config, self.intake, self.clock, executors, self.scale, endings, self.guard
         )
         self.degraded: str | None = None  # why the root takes no writes now (None: healthy)
-        self._backlog: dict[Path, None] = {}  # complete prompts not yet claimed, in order
+        self._backlog = Backlog()  # complete prompts not yet claimed, and their claim order
         self._last_beat = self.clock.monotonic()
         self._filed = FiledRuns()  # finished runs a reconcile pass need not read again
         self.queued: dict[str, JobRecord] = {}
@@ -382,9 +384,8 @@ class Watcher:
         inbox = self.layout.inbox
         complete = {p for p in complete if in_scope(inbox, p)}  # hints obey the scan's rules
         self._waiting |= {p for p in pending if in_scope(inbox, p)}
-        for path in sorted(complete):
-            self._waiting.discard(path)
-            self._backlog[path] = None
+        self._waiting -= complete
+        self._backlog.add(sorted(complete))
         mono = self.clock.monotonic()
         if not self._backlog and (rescan or mono >= self._next_rescan or self._waiting):
             self._rescan(full=rescan or mono >= self._next_rescan)
@@ -393,16 +394,18 @@ class Watcher:
         self._claim_batch()
 
     def _claim_batch(self) -> None:
-        """Claim at most CLAIM_BATCH prompts from the backlog, pinging as we go."""
-        for _ in range(min(CLAIM_BATCH, len(self._backlog))):
-            path = next(iter(self._backlog))
-            del self._backlog[path]
+        """Claim at most CLAIM_BATCH prompts (or CLAIM_BUDGET seconds' worth) from the
+        backlog, pinging as we go; a prompt dropped during a flood comes in the next batch."""
+        deadline = self.clock.monotonic() + CLAIM_BUDGET
+        for path in self._backlog.batch(CLAIM_BATCH):
             self.guard.step(
                 f"claim:{path}",
                 lambda path=path: self._take(path),  # type: ignore[misc]
                 what=f"cannot claim {path} (retried at the next rescan)",
             )
             self._keepalive()
+            if self.clock.monotonic() >= deadline:
+                break
 
     def _rescan(self, *, full: bool) -> None:
         """Claim what is complete: the whole inbox, or (``full=False``) just the
@@ -417,13 +420,15 @@ class Watcher:
         fresh = [c for c in candidates if c.path not in self._skipped]
         writers = self._writers(fresh)
         now = self.clock.time()
+        settled: list[Path] = []
         for cand in fresh:
             has_writer = None if writers is None else cand.path in writers
             if is_settled(cand, now, self.config.settle, has_writer):
                 self._waiting.discard(cand.path)
-                self._backlog[cand.path] = None
+                settled.append(cand.path)
             else:
                 self._waiting.add(cand.path)
+        self._backlog.add(settled)
 
     def _writers(self, fresh: list[Candidate]) -> set[Path] | None:
         # Every candidate, not only young ones: a writer may pause longer than `settle`.
