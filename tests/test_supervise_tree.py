@@ -1,4 +1,7 @@
-"""The supervisor's sample walks its own tree (/proc/PID/task/TID/children), not all of /proc."""
+"""The supervisor's sample walks its own tree (/proc/PID/task/TID/children), not all of /proc.
+
+The walk is proc/proctree.py; the sample that uses it, proc/meter.py.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import psutil
 import pytest
 
 from conftest import wait_for
-from hopper.proc import supervise
+from hopper.proc import proctree, supervise
 from hopper.proc.protocol import LaunchSpec
 
 
@@ -35,10 +38,10 @@ def _supervisor(tmp_path: Path) -> supervise.Supervisor:
 def test_the_tree_walk_finds_exactly_what_the_full_scan_finds(
     family: subprocess.Popen[bytes],
 ) -> None:
-    walked = supervise.Supervisor.tree()
+    walked = proctree.tree()
     assert walked is not None
-    scanned = supervise.Supervisor.scan()
-    expected = supervise.Supervisor.below(scanned, zombies=True)
+    scanned = proctree.scan()
+    expected = proctree.below(scanned, zombies=True)
     assert set(walked) == set(expected)
     mine = {family.pid, *(c.pid for c in psutil.Process(family.pid).children())}
     assert mine <= set(walked)
@@ -49,18 +52,18 @@ def test_without_the_children_file_the_sample_scans_all_of_proc(
     family: subprocess.Popen[bytes], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sup = _supervisor(tmp_path)
-    sup.sample()
+    sup.meter.sample()
     walked = json.loads((tmp_path / "resources.json").read_text())
-    real_read = supervise._read
+    real_read = proctree._read
 
     def no_children(path: str, whole: bool = False) -> bytes:
         if path.endswith("/children"):
             raise FileNotFoundError(2, "No such file or directory", path)
         return real_read(path, whole)
 
-    monkeypatch.setattr(supervise, "_read", no_children)
-    assert supervise.Supervisor.tree() is None
-    sup.sample()
+    monkeypatch.setattr(proctree, "_read", no_children)
+    assert proctree.tree() is None
+    sup.meter.sample()
     scanned = json.loads((tmp_path / "resources.json").read_text())
     assert scanned["processes"] == walked["processes"] >= 3
     assert scanned["rss_bytes"] > 0 and walked["rss_bytes"] > 0

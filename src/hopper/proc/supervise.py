@@ -24,50 +24,43 @@ descendant. Descendants left behind by a job that exited are ended the same
 way: nothing outlives its job. Last, it writes ``exit.json`` (protocol's
 ``ExitRecord``) atomically and durably, and exits.
 
-Every ``sample_interval`` it measures the tree (CPU, RSS, job.log growth; see
-:meth:`Supervisor.sample`) into ``resources.json`` for the watcher's
-heartbeat, and ends the tree the same way as a stop when its RSS passes
-``memory_max`` or job.log passes ``output_max`` (checked every
-``OUTPUT_CHECK``); ``exit.json`` then names the ``limit`` and carries the
-final figures. With ``idle_timeout`` (bash jobs; an agent's driver judges
-idleness from its stream itself) a job.log that has not grown for that long,
-measured through the same descriptor, ends the tree like a timeout (stop
-signals, grace, SIGKILL) with ``limit = "idle"``. An output limit ends the
-tree with SIGKILL at once: a writer that ignores SIGTERM would otherwise keep
-writing through the grace period.
+Every ``sample_interval`` it measures the tree into ``resources.json`` and
+ends the tree the same way as a stop when it passes ``memory_max`` or
+``output_max``, or (``idle_timeout``) when job.log stops growing; see
+proc/meter.py. An output limit ends the tree with SIGKILL at once: a writer
+that ignores SIGTERM would otherwise keep writing through the grace period.
 
-Nothing the job can reach steers the supervisor's writes. Every file it
-writes is opened relative to a descriptor of the run directory taken at
-start (a run directory swapped for a symlink changes nothing), never through
-a symlink (``O_NOFOLLOW``; a link, FIFO or directory planted at one of its
-names is moved aside), and job.log is measured and cut through the
-supervisor's own descriptor, so renaming, deleting or replacing job.log
-neither hides output from ``output_max`` nor points the cut elsewhere. A run
-directory deleted under a running job (its ``st_nlink`` drops to 0) ends the
-job and the supervisor without an exit record: there is nowhere to put one.
+Nothing the job can reach steers the supervisor's writes: each is relative
+to a descriptor of the run directory taken at start, never through a link
+(proc/rundir.py). A run directory deleted under a running job ends the job
+and the supervisor without an exit record: there is nowhere to put one.
 
 Ending a tree is a loop, not one sweep: a process that forks and exits over
 and over (changing session each time) is always one step ahead of a single
-scan, so the supervisor SIGKILLs everything below it again and again until
-a scan finds nothing (or ``END_BUDGET`` runs out, which exit.json records).
-Spec numbers that are not finite (a NaN timeout) mean "none", never a spin.
+scan, so the supervisor SIGKILLs everything below it (found in /proc:
+proc/proctree.py) again and again until a scan finds nothing (or
+``END_BUDGET`` runs out, which exit.json records). Spec numbers that are not
+finite (a NaN timeout) mean "none", never a spin.
+
+Its siblings are standard library only too, and imported as plain modules
+when it runs by path: protocol (the spec and exit.json), ladder (the stop
+escalation), reaper (its children, reaped and ended), proctree (/proc),
+meter (figures and limits) and rundir (its writes).
 """
 
 from __future__ import annotations
 
 import ctypes
-import errno
 import json
 import os
-import resource
 import signal
-import stat
 import sys
 import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING or __package__:
     from hopper.proc.ladder import Action, KillTree, Ladder
+    from hopper.proc.meter import Figures, Meter
     from hopper.proc.protocol import (
         DEFAULT_GRACE,
         DEFAULT_SAMPLE_INTERVAL,
@@ -76,9 +69,12 @@ if TYPE_CHECKING or __package__:
         ProtocolError,
         finite,
     )
+    from hopper.proc.reaper import WATCHED, Reaper
+    from hopper.proc.rundir import RunDir
 else:  # run by path under -I -S: hopper is not importable, the contract is a sibling
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from ladder import Action, KillTree, Ladder
+    from meter import Figures, Meter
     from protocol import (
         DEFAULT_GRACE,
         DEFAULT_SAMPLE_INTERVAL,
@@ -87,22 +83,16 @@ else:  # run by path under -I -S: hopper is not importable, the contract is a si
         ProtocolError,
         finite,
     )
+    from reaper import WATCHED, Reaper
+    from rundir import RunDir
 
 PR_SET_CHILD_SUBREAPER = 36
 EXIT_FILE = "exit.json"
 EVENTS_FILE = "events.jsonl"
-RESOURCES_FILE = "resources.json"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 OUTPUT_CHECK = 0.25  # seconds between job.log size checks when output_max is set
-END_BUDGET = 30.0  # seconds of SIGKILL rounds before the supervisor gives up on a process
 # A sample reads every /proc/PID/stat; on a host with thousands of processes
 # that costs milliseconds, so the interval stretches to keep it under 0.5% CPU.
 SAMPLE_BUDGET = 200
-# Fields of /proc/PID/stat after "(comm) ", 0-based: state, ppid, utime, stime,
-# cutime, cstime (clock ticks; cutime/cstime: children it has reaped), rss (pages).
-_STATE, _PPID, _UTIME, _STIME, _CUTIME, _CSTIME, _RSS = 0, 1, 11, 12, 13, 14, 21
-WATCHED = {signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 STOP_REQUESTS = {signal.SIGTERM, signal.SIGINT}
 
 
@@ -115,98 +105,51 @@ def _bytes(value: int | None) -> int | None:
     return None if value is None or value < 0 else value
 
 
-class Supervisor:
+class Supervisor(Reaper):
     def __init__(self, run_dir: str, spec: LaunchSpec) -> None:
+        super().__init__()
         self.run_dir = run_dir
-        # Every write goes through this descriptor: a run directory replaced by a
-        # symlink after the start cannot redirect them.
-        self.dir_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.files = RunDir(run_dir)
         self.argv = list(spec.argv)
         self.cwd = spec.cwd
         self.env = dict(spec.env)
         self.log = spec.log
-        self.log_fd = -1  # the supervisor's own descriptor of job.log, kept open
         self.stop_signals = list(spec.stop_signals)
         grace = finite(spec.grace)
         self.grace = DEFAULT_GRACE if grace is None else grace
         self.timeout = finite(spec.timeout)
-        self.memory_max = _bytes(spec.memory_max)
-        self.output_max = _bytes(spec.output_max)
         interval = finite(spec.sample_interval)
         self.sample_interval = interval if interval else DEFAULT_SAMPLE_INTERVAL
         idle = finite(spec.idle_timeout)
-        self.idle_timeout = idle if idle else None  # 0 or absent: no idle limit
-        self.idle_size = -1  # job.log's size at the last idle check
-        self.active_at = 0.0  # monotonic time job.log last grew (or the job started)
+        self.meter = Meter(
+            self.files,
+            memory_max=_bytes(spec.memory_max),
+            output_max=_bytes(spec.output_max),
+            idle_timeout=idle if idle else None,  # 0 or absent: no idle limit
+            note=self.safe_event,
+        )
         self.limit: str | None = None  # "memory", "output" or "idle" once one stopped the tree
-        self.log_start = 0  # job.log's size when the job started: output is what it adds
-        self.cpu = 0.0
-        self.rss = 0
-        self.peak_rss = 0
-        self.processes = 0
-        self.samples = 0
-        self.pid = 0
-        self.status: int | None = None
         self.timed_out = False
         self.stop_signal_sent = False
-        self.leftovers_killed = 0
-        self.escaped = 0  # processes still alive when END_BUDGET ran out
-
-    # -- files: relative to the run directory's descriptor, never through a link --
-    def gone(self) -> bool:
-        """True once the run directory was deleted (its last link is gone)."""
-        try:
-            return os.fstat(self.dir_fd).st_nlink == 0
-        except OSError:
-            return True
-
-    def open_regular(self, name: str, flags: int) -> int:
-        """Open ``name`` in the run directory as a regular file, never through a link.
-
-        Whatever else sits at the name (a symlink, a FIFO, a directory) is
-        renamed aside to a hidden name and a fresh file is created; O_NONBLOCK
-        keeps a FIFO from blocking the open.
-        """
-        base = flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        for _ in range(3):
-            try:
-                fd = os.open(name, base, 0o644, dir_fd=self.dir_fd)
-            except OSError as exc:
-                if exc.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.ENOTDIR):
-                    raise
-            else:
-                if stat.S_ISREG(os.fstat(fd).st_mode):
-                    os.set_blocking(fd, True)
-                    return fd
-                os.close(fd)
-            aside = f".{name}.displaced.{os.getpid()}.{time.monotonic_ns()}"
-            os.rename(name, aside, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
-        raise OSError(errno.EEXIST, f"{name}: cannot be opened as a regular file")
-
-    def open_log(self) -> int:
-        """job.log: in the run directory through its descriptor (else the given path)."""
-        if os.path.dirname(self.log) == self.run_dir.rstrip("/"):
-            return self.open_regular(
-                os.path.basename(self.log), os.O_WRONLY | os.O_APPEND | os.O_CREAT
-            )
-        return os.open(self.log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
     # -- events -----------------------------------------------------------------
     def event(self, name: str, **fields: object) -> None:
         line = json.dumps({"ts": _iso(time.time()), "event": name, **fields}) + "\n"
-        fd = self.open_regular(EVENTS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        self.files.append(EVENTS_FILE, line.encode())
+
+    def safe_event(self, name: str, **fields: object) -> None:
         try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
+            self.event(name, **fields)
+        except OSError:
+            pass  # disk full: exit.json (retried until it lands) still says which limit
 
     # -- start ------------------------------------------------------------------
     def fork_gated(self) -> tuple[int, int]:
         """Fork the job, held at a gate; returns (gate write end, error pipe read end)."""
         gate_r, gate_w = os.pipe()
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        log_fd = self.log_fd = self.open_log()
-        self.log_start = os.fstat(log_fd).st_size
+        log_fd = self.files.open_log(self.log)
+        self.meter.watch_log(log_fd)
         pid = os.fork()
         if pid == 0:  # the job, until exec
             try:
@@ -239,291 +182,19 @@ class Supervisor:
         self.pid = pid
         return gate_w, err_r
 
-    # -- stop -------------------------------------------------------------------
-    @staticmethod
-    def scan() -> dict[int, list[bytes]]:
-        """Every process's /proc/PID/stat fields after the command name."""
-        procs: dict[int, list[bytes]] = {}
-        for name in os.listdir("/proc"):
-            if name.isdigit() and (fields := _stat_fields(name)) is not None:
-                procs[int(name)] = fields
-        return procs
-
-    @staticmethod
-    def tree() -> dict[int, list[bytes]] | None:
-        """The stat fields of every process below us (zombies too), found through
-        /proc/PID/task/TID/children: O(tree) instead of O(host), which is what
-        keeps a thousand supervisors sampling cheap. None where the kernel has no
-        such file (CONFIG_PROC_CHILDREN): then :meth:`scan` it is.
-        """
-        procs: dict[int, list[bytes]] = {}
-        todo = [os.getpid()]
-        while todo:
-            pid = todo.pop()
-            try:
-                tids = os.listdir(f"/proc/{pid}/task")
-            except OSError:
-                continue  # exited meanwhile
-            for tid in tids:
-                try:
-                    children = _read(f"/proc/{pid}/task/{tid}/children", whole=True).split()
-                except OSError:
-                    if not procs and pid == os.getpid():
-                        return None  # our own: the kernel does not offer the file
-                    continue
-                for child in children:
-                    fields = _stat_fields(child.decode())
-                    if fields is not None and int(child) not in procs:
-                        procs[int(child)] = fields
-                        todo.append(int(child))
-        return procs
-
-    @staticmethod
-    def below(procs: dict[int, list[bytes]], zombies: bool = False) -> list[int]:
-        """The processes of ``procs`` below this supervisor (zombies too if asked)."""
-        parents: dict[int, list[int]] = {}
-        for pid, fields in procs.items():
-            if zombies or fields[_STATE] != b"Z":
-                parents.setdefault(int(fields[_PPID]), []).append(pid)
-        found: list[int] = []
-        todo = [os.getpid()]
-        while todo:
-            for child in parents.get(todo.pop(), []):
-                found.append(child)
-                todo.append(child)
-        return found
-
-    def descendants(self) -> list[int]:
-        """Every live process below this supervisor, read from /proc."""
-        return self.below(self.scan())
-
-    # -- accounting and limits --------------------------------------------------
-    def sample(self) -> None:
-        """Measure the tree: CPU (exited processes included), RSS, output; publish it.
-
-        CPU of a process that exited and was reaped lands in its reaper's
-        cutime/cstime; the supervisor, a subreaper, reaps the job and every
-        orphan, so its RUSAGE_CHILDREN covers what the live tree no longer
-        shows. Zombies still hold their own times, so they count until reaped.
-        """
-        procs = self.tree()
-        if procs is None:
-            procs = self.scan()
-            procs = {pid: procs[pid] for pid in self.below(procs, zombies=True)}
-        ticks = rss_pages = live = 0
-        for fields in procs.values():
-            try:
-                ticks += sum(int(fields[i]) for i in (_UTIME, _STIME, _CUTIME, _CSTIME))
-                if fields[_STATE] != b"Z":
-                    rss_pages += int(fields[_RSS])
-                    live += 1
-            except (IndexError, ValueError):
-                continue
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = ticks / CLK_TCK + usage.ru_utime + usage.ru_stime
-        self.cpu = max(self.cpu, cpu)  # a counter: never goes back
-        self.rss = rss_pages * PAGE_SIZE
-        self.peak_rss = max(self.peak_rss, self.rss, usage.ru_maxrss * 1024)
-        self.processes = live
-        self.samples += 1
-        self.write_resources(live=True)
-
-    def output_bytes(self) -> int:
-        """What the job wrote, measured on the supervisor's own descriptor of job.log."""
-        try:
-            return max(0, os.fstat(self.log_fd).st_size - self.log_start)
-        except OSError:
-            return 0
-
-    def resources(self, live: bool) -> dict[str, int | float | None]:
-        figures: dict[str, int | float | None] = {
-            "cpu_seconds": round(self.cpu, 3),
-            "peak_rss_bytes": self.peak_rss,
-            "output_bytes": self.output_bytes(),
-        }
-        if live:
-            figures.update(rss_bytes=self.rss, processes=self.processes)
-        return figures
-
-    def write_resources(self, live: bool) -> None:
-        """The live figures, replaced atomically (no fsync: they are refreshed anyway)."""
-        tmp = f".{RESOURCES_FILE}.{os.getpid()}.tmp"
-        try:
-            fd = self.create_temp(tmp)
-            try:
-                os.write(fd, json.dumps(self.resources(live)).encode() + b"\n")
-            finally:
-                os.close(fd)
-            os.replace(tmp, RESOURCES_FILE, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
-        except OSError:
-            # Disk full: the figures are a convenience; exit.json carries the final ones.
-            try:
-                os.unlink(tmp, dir_fd=self.dir_fd)
-            except OSError:
-                pass
-
-    def create_temp(self, name: str) -> int:
-        """A new file at ``name`` (whatever the job planted there is removed first)."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        try:
-            return os.open(name, flags, 0o644, dir_fd=self.dir_fd)
-        except FileExistsError:
-            os.unlink(name, dir_fd=self.dir_fd)  # a link or file planted at our temp name
-            return os.open(name, flags, 0o644, dir_fd=self.dir_fd)
-
-    def final_figures(self) -> dict[str, int | float | None]:
-        """Exact once the tree is gone: every process was reaped into RUSAGE_CHILDREN.
-
-        Called after :meth:`end_leftovers`; only a leftover that SIGKILL could
-        not end yet (uninterruptible sleep) keeps the sampled figure in play.
-        """
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        reaped = usage.ru_utime + usage.ru_stime
-        self.cpu = max(self.cpu, reaped) if self.leftovers_killed else reaped
-        self.peak_rss = max(self.peak_rss, usage.ru_maxrss * 1024)
-        if self.samples:  # a live file was written: leave the final figures in it
-            self.write_resources(live=False)
-        return self.resources(live=False)
-
-    def over_limit(self) -> str | None:
-        """Which limit the tree is past, if any (and tell events.jsonl)."""
-        if self.memory_max is not None and self.rss > self.memory_max:
-            self.safe_event(
-                "limit_exceeded",
-                limit="memory",
-                rss_bytes=self.rss,
-                memory_max_bytes=self.memory_max,
-                processes=self.processes,
-            )
-            return "memory"
-        output = self.output_bytes() if self.output_max is not None else 0
-        if self.output_max is not None and output > self.output_max:
-            self.safe_event(
-                "limit_exceeded",
-                limit="output",
-                output_bytes=output,
-                output_max_bytes=self.output_max,
-            )
-            return "output"
-        return None
-
-    def idle_check(self, now: float) -> bool:
-        """True once job.log has not changed size for ``idle_timeout`` (and say so)."""
-        assert self.idle_timeout is not None
-        try:
-            size = os.fstat(self.log_fd).st_size
-        except OSError:
-            size = self.idle_size
-        if size != self.idle_size:
-            self.idle_size, self.active_at = size, now
-            return False
-        if now - self.active_at < self.idle_timeout:
-            return False
-        self.safe_event(
-            "idle_timeout", idle_timeout_seconds=self.idle_timeout, output_bytes=self.output_bytes()
-        )
-        return True
-
-    def safe_event(self, name: str, **fields: object) -> None:
-        try:
-            self.event(name, **fields)
-        except OSError:
-            pass  # disk full: exit.json (retried until it lands) still says which limit
-
-    def cut_log(self) -> None:
-        """After an output_limit stop: keep job.log at output_max, with a note at the end."""
-        if self.output_max is None:
-            return
-        written = self.output_bytes()
-        note = (
-            f"\n[hopper] job.log cut at output_max ({self.output_max} bytes); "
-            f"the job wrote {written} bytes\n"
-        )
-        try:  # through our own descriptor: whatever now sits at job.log's name is not cut
-            os.ftruncate(self.log_fd, self.log_start + self.output_max)
-            os.write(self.log_fd, note.encode())  # O_APPEND: at the new end
-        except OSError:
-            pass
-
-    def signal_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-    def kill_all(self, budget: float = END_BUDGET) -> int:
-        """SIGKILL everything below us, scan again, until we have no child left.
-
-        One sweep is not enough: a process that forks and exits in a loop has
-        a new pid by the time a scan's pid is signalled, and a scan may miss
-        it altogether. What cannot miss it is waitpid: we are a subreaper, so
-        every process of the tree has an ancestor that is our child, and the
-        tree is empty exactly when waitpid says we have no children. Returns
-        how many distinct processes were signalled; ``self.escaped`` counts
-        what was still alive when ``budget`` seconds ran out.
-        """
-        killed: set[int] = set()
-        end = time.monotonic() + budget
-        while self.has_children():
-            victims = set(self.descendants())
-            if time.monotonic() >= end:
-                self.escaped = max(1, len(victims))
-                break
-            for pid in victims:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            killed |= victims
-            if not victims or victims <= killed - victims:
-                # Dying (SIGKILLed, not yet reaped): a moment for their SIGCHLD.
-                self.wait(time.monotonic() + 0.002)
-        return len(killed)
-
-    def has_children(self) -> bool:
-        """Reap what exited; True while any child of ours (so any descendant) lives."""
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return False
-            if pid == 0:
-                return True
-            if pid == self.pid:
-                self.status = status
-
-    def reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            if pid == self.pid:
-                self.status = status
-
-    def wait(self, until: float | None) -> int | None:
-        """Wait for a watched signal until the monotonic deadline ``until``."""
-        timeout = None if until is None else max(0.0, until - time.monotonic())
-        if timeout is None:
-            info = signal.sigwaitinfo(WATCHED)
-            return info.si_signo
-        info_or_none = signal.sigtimedwait(WATCHED, timeout)
-        return None if info_or_none is None else info_or_none.si_signo
-
     def run(self) -> None:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         ladder = Ladder(grace=self.grace)
         # The first measurement after one interval: a short job costs no /proc walk
         # (its final figures come from RUSAGE_CHILDREN).
         next_sample = time.monotonic() + self.sample_interval
-        next_check = None if self.output_max is None else next_sample + OUTPUT_CHECK
+        meter = self.meter
+        next_check = None if meter.output_max is None else next_sample + OUTPUT_CHECK
         next_idle, idle_step = None, 1.0
-        if self.idle_timeout is not None:
-            self.active_at = time.monotonic()
-            idle_step = min(1.0, max(0.05, self.idle_timeout / 10))
-            next_idle = self.active_at + idle_step
+        if meter.idle_timeout is not None:
+            meter.active_at = time.monotonic()
+            idle_step = min(1.0, max(0.05, meter.idle_timeout / 10))
+            next_idle = meter.active_at + idle_step
         while self.status is None:
             until = ladder.due if ladder.stopping else deadline
             checks = (next_sample,) if ladder.stopping else (next_sample, next_check, next_idle)
@@ -533,23 +204,23 @@ class Supervisor:
                 break
             now = time.monotonic()
             limit = None
-            if not ladder.stopping and sig is None and self.gone():
+            if not ladder.stopping and sig is None and self.files.gone():
                 sig = signal.SIGTERM  # the run directory was deleted: stop, nothing to record
             sampled = now >= next_sample
             if sampled:
                 cost = time.process_time()
-                self.sample()
+                meter.sample()
                 cost = time.process_time() - cost
                 next_sample = now + max(self.sample_interval, SAMPLE_BUDGET * cost)
             checked = next_check is not None and (sampled or now >= next_check)
             if checked:
                 next_check = now + OUTPUT_CHECK
             if not ladder.stopping and sig not in STOP_REQUESTS and (sampled or checked):
-                limit = self.over_limit()
+                limit = meter.over_limit()
             if next_idle is not None and now >= next_idle:
                 next_idle = now + idle_step
                 if limit is None and not ladder.stopping and sig not in STOP_REQUESTS:
-                    limit = "idle" if self.idle_check(now) else None
+                    limit = "idle" if meter.idle_check(now) else None
             begin_stop = not ladder.stopping and (
                 sig in STOP_REQUESTS
                 or limit is not None
@@ -567,7 +238,14 @@ class Supervisor:
             ladder, action = ladder.step(now)
             if action is not None:
                 self.act(action)
-        self.end_leftovers()
+        killed = self.end_leftovers(self.grace)
+        if killed is not None:
+            self.safe_event(
+                "leftovers_ended",
+                processes=self.leftovers_killed,
+                killed=killed,
+                escaped=self.escaped,
+            )
 
     def act(self, action: Action) -> None:
         """Perform one step of the stop ladder."""
@@ -582,32 +260,12 @@ class Supervisor:
                 "signal_sent", signal=signal.Signals(action.signal).name, target="process group"
             )
 
-    def end_leftovers(self) -> None:
-        """The job exited; end whatever it left running (TERM, grace, KILL)."""
-        if not self.has_children():
-            return
-        victims = self.descendants()
-        self.leftovers_killed = max(1, len(victims))  # a scan can miss a hopping process
-        for pid in victims:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        end = time.monotonic() + self.grace
-        while self.has_children() and time.monotonic() < end:
-            self.wait(min(end, time.monotonic() + 0.05))
-        killed = self.kill_all()
-        self.safe_event(
-            "leftovers_ended", processes=self.leftovers_killed, killed=killed, escaped=self.escaped
-        )
-        self.reap()
-
     # -- exit record ------------------------------------------------------------
     def record(
         self,
         started: bool,
         error: str | None = None,
-        resources: dict[str, int | float | None] | None = None,
+        resources: Figures | None = None,
     ) -> None:
         code = sig = None
         if self.status is not None:
@@ -633,13 +291,13 @@ class Supervisor:
         data = record.to_json().encode() + b"\n"
         delay = 0.1
         while True:
-            if self.gone():
+            if self.files.gone():
                 # Deleted under us: no record can land, and the watcher files the
                 # job lost by itself; retrying would only spin.
                 sys.stderr.write(f"hopper supervisor {self.run_dir}: run directory deleted\n")
                 return
             try:
-                self._write_exit(data)
+                self.files.replace(EXIT_FILE, data, durable=True)
                 break
             except OSError as exc:
                 # Disk full or a transient I/O error: the exit status is the one
@@ -649,43 +307,6 @@ class Supervisor:
                 )
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
-
-    def _write_exit(self, data: bytes) -> None:
-        tmp = f".{EXIT_FILE}.{os.getpid()}.tmp"
-        fd = self.create_temp(tmp)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        except BaseException:
-            os.close(fd)
-            os.unlink(tmp, dir_fd=self.dir_fd)
-            raise
-        os.close(fd)
-        os.replace(tmp, EXIT_FILE, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
-        os.fsync(self.dir_fd)
-
-
-def _read(path: str, whole: bool = False) -> bytes:
-    """A /proc file: one read (a stat line fits), or with ``whole`` until EOF."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        data = os.read(fd, 4096)
-        while whole and data and (more := os.read(fd, 65536)):
-            data += more
-        return data
-    finally:
-        os.close(fd)
-
-
-def _stat_fields(pid: str) -> list[bytes] | None:
-    """/proc/PID/stat's fields after the command name; None if the process is gone."""
-    try:
-        stat = _read(f"/proc/{pid}/stat")
-    except OSError:
-        return None
-    return stat[stat.rfind(b")") + 2 :].split()
 
 
 def _earliest(*deadlines: float | None) -> float | None:
@@ -767,9 +388,9 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
         sup.record(started=False, error=error)
         return 0
     sup.run()
-    figures = sup.final_figures()
+    figures = sup.meter.final_figures(sup.leftovers_killed)
     if sup.limit == "output":
-        sup.cut_log()
+        sup.meter.cut_log()
     sup.record(started=True, resources=figures)
     return 0
 

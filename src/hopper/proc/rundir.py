@@ -1,0 +1,107 @@
+"""The supervisor's files: written relative to the run directory's descriptor.
+
+Nothing the job can reach steers these writes. The descriptor is taken at
+start, so a run directory swapped for a symlink changes nothing; a file is
+never opened through a symlink (``O_NOFOLLOW``), and a link, FIFO or
+directory planted at one of the supervisor's names is moved aside to a
+hidden name. A run directory deleted under a running job shows as
+:meth:`RunDir.gone` (its ``st_nlink`` drops to 0). Standard library only,
+like the supervisor that loads it by path.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+
+
+class RunDir:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        # Every write goes through this descriptor: a run directory replaced by a
+        # symlink after the start cannot redirect them.
+        self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def gone(self) -> bool:
+        """True once the run directory was deleted (its last link is gone)."""
+        try:
+            return os.fstat(self.fd).st_nlink == 0
+        except OSError:
+            return True
+
+    def open_regular(self, name: str, flags: int) -> int:
+        """Open ``name`` in the run directory as a regular file, never through a link.
+
+        Whatever else sits at the name (a symlink, a FIFO, a directory) is
+        renamed aside to a hidden name and a fresh file is created; O_NONBLOCK
+        keeps a FIFO from blocking the open.
+        """
+        base = flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        for _ in range(3):
+            try:
+                fd = os.open(name, base, 0o644, dir_fd=self.fd)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.ENOTDIR):
+                    raise
+            else:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.set_blocking(fd, True)
+                    return fd
+                os.close(fd)
+            aside = f".{name}.displaced.{os.getpid()}.{time.monotonic_ns()}"
+            os.rename(name, aside, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        raise OSError(errno.EEXIST, f"{name}: cannot be opened as a regular file")
+
+    def open_log(self, log: str) -> int:
+        """job.log: in the run directory through its descriptor (else the given path)."""
+        if os.path.dirname(log) == self.path.rstrip("/"):
+            return self.open_regular(os.path.basename(log), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        return os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+    def append(self, name: str, data: bytes) -> None:
+        """Append ``data`` to ``name`` (a line of events.jsonl) with one write."""
+        fd = self.open_regular(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+
+    def create_temp(self, name: str) -> int:
+        """A new file at ``name`` (whatever the job planted there is removed first)."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            return os.open(name, flags, 0o644, dir_fd=self.fd)
+        except FileExistsError:
+            os.unlink(name, dir_fd=self.fd)  # a link or file planted at our temp name
+            return os.open(name, flags, 0o644, dir_fd=self.fd)
+
+    def replace(self, name: str, data: bytes, durable: bool) -> None:
+        """Replace ``name`` with ``data`` atomically: a temp name, then a rename.
+
+        ``durable``: the file and then the directory are fsynced, so after a
+        crash the new file is there (exit.json); otherwise not (resources.json,
+        refreshed anyway). On failure the temp file is removed and the error
+        raised; ``name`` keeps its old content.
+        """
+        tmp = f".{name}.{os.getpid()}.tmp"
+        fd = self.create_temp(tmp)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=self.fd)
+            except OSError:
+                pass
+            raise
+        if durable:
+            os.fsync(self.fd)
