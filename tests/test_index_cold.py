@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -284,3 +285,40 @@ def test_read_job_file_reads_a_file_that_grew_after_its_fstat(
 
     monkeypatch.setattr(os, "fstat", stale)
     assert read_job_file(str(path))[0] == b"{}  "
+
+
+# -- a final job's text is not kept: read when asked for --------------------------
+
+
+def test_a_final_jobs_text_is_read_from_its_file_when_asked_for(layout: Layout) -> None:
+    done = [put(layout, record(i, JobState.SUCCEEDED)) for i in range(3)]
+    live = put(layout, record(3, JobState.RUNNING))
+    ids = sorted(d.name for d in (*done, live))
+    with JobIndex.open(layout) as index:
+        index.refresh()
+        kept = dict(index.conn.execute("SELECT id, raw FROM jobs").fetchall())
+        assert [i for i in ids if kept[i] is None] == sorted(d.name for d in done)
+        assert kept[live.name] == (live / "job.json").read_text()
+        texts = {d.name: (d / "job.json").read_text() for d in (*done, live)}
+        assert list(index.raw(ids)) == [texts[i] for i in ids]
+        assert index.raw_of(ids) == texts
+        # behind the index's back (it does not look at final jobs again):
+        shutil.rmtree(done[0])  # gone: left out
+        (done[1] / "job.json").write_text('{"id": 1}')  # no longer a record: left out
+        edited = record(2, JobState.FAILED)  # still a record: its text now
+        write_record(done[2], edited, durable=False)
+        now = (done[2] / "job.json").read_text()
+        assert list(index.raw(ids)) == [texts[live.name], now]  # id order: live is oldest
+        assert index.raw_of(ids) == {done[2].name: now, live.name: texts[live.name]}
+
+
+def test_a_job_finalized_after_it_was_read_drops_its_kept_text(layout: Layout) -> None:
+    rec = record(1, JobState.FAILED)
+    run_dir = put(layout, rec, filed=False)
+    with JobIndex.open(layout) as index:
+        index.refresh()
+        os.rename(run_dir / "prompt.md", layout.root / str(rec.processed_path))
+        index.refresh()
+        row = index.conn.execute("SELECT final, raw FROM jobs").fetchone()
+        assert row == (1, None)
+        assert list(index.raw([rec.id])) == [(run_dir / "job.json").read_text()]

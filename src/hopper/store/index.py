@@ -2,10 +2,11 @@
 
 Theory of operation: the run directories are the truth; ``.hopper/index.sqlite``
 remembers, per run directory, the ``(inode, mtime_ns, size)`` of the job.json
-it last read, the summary fields listings need, the file's text, and whether
-the job is *final* (terminal and finalized: nothing writes its job.json again,
-see ``store/index_row.py``). :meth:`JobIndex.refresh` then does only what may
-matter:
+it last read, the summary fields listings need, and whether the job is
+*final* (terminal and finalized: nothing writes its job.json again, see
+``store/index_row.py``); the file's text only while the job is not final
+(``--json`` of a final job reads its file, which cannot have changed).
+:meth:`JobIndex.refresh` then does only what may matter:
 
 * ``runs/`` is listed only when its own ``(inode, mtime_ns)`` changed since the
   last listing (a run directory was made or removed), or when that listing was
@@ -18,8 +19,11 @@ matter:
   file) are kept in ``pending`` and looked at again on every refresh.
 
 Listings filter in SQL (:meth:`JobIndex.jobs` with a :class:`JobFilter`), so a
-filtered query builds only the rows it returns. Reading a job.json never loads
-pydantic unless the file is not in the shape hopper writes.
+filtered query builds only the rows it returns, and ``hopper status ID`` looks
+its reference up (:meth:`JobIndex.named`). A refresh that reads a few files
+never loads pydantic unless a file is not in the shape hopper writes; a cold
+build (:data:`BULK_READ` files or more) validates every file with the model
+and splits the reading over forked workers (``store/index_pool.py``).
 
 The index is disposable: a missing, corrupt, foreign-version or unwritable
 index is rebuilt (or, if the root is read-only for us, built in memory), and
@@ -39,7 +43,7 @@ from hopper.core.selection import JobFilter
 from hopper.core.states import TERMINAL_STATES, JobState
 from hopper.core.summary import JobSummary, UsageFigures
 from hopper.store.index_pool import read_rows
-from hopper.store.index_row import RefreshResult, Stat, finalized, identity
+from hopper.store.index_row import RefreshResult, Stat, final_text, finalized, identity
 from hopper.store.jobfile import JOB_FILE
 from hopper.store.layout import Layout
 
@@ -54,7 +58,7 @@ def _log(level: str, message: str, *args: object) -> None:
 
 
 INDEX_FILE = "index.sqlite"
-INDEX_VERSION = 4
+INDEX_VERSION = 5
 # A listing of runs/ within this long of runs/'s mtime is not trusted next time:
 # a directory made in the same coarse clock tick would not change the mtime.
 RACY_NS = 2_000_000_000
@@ -89,7 +93,7 @@ _SCHEMA = (
     cache_read_tokens INTEGER,
     cache_write_tokens INTEGER,
     cost_usd REAL,
-    raw TEXT NOT NULL,
+    raw TEXT,  -- null for a final job: its job.json is read when asked for
     name_key TEXT NOT NULL
 )""",
     "CREATE INDEX jobs_live ON jobs (final) WHERE final = 0",
@@ -213,7 +217,7 @@ class JobIndex:
                 )
                 self.conn.executemany(_INSERT, changed)
                 self.conn.executemany(
-                    "UPDATE jobs SET final = 1 WHERE id = ?", ((f,) for f in final)
+                    "UPDATE jobs SET final = 1, raw = NULL WHERE id = ?", ((f,) for f in final)
                 )
                 if listing is not None:
                     self.conn.executemany(
@@ -289,15 +293,21 @@ class JobIndex:
         return [_summary(row) for row in cur]
 
     def raw(self, ids: Iterable[str]) -> Iterator[str]:
-        """The job.json text (as last read) of each of ``ids``, in id order, streamed."""
+        """The job.json text of each of ``ids``, in id order, streamed: as last read, or
+        for a final job (whose text the index does not keep) as read now."""
         with self.conn:
             self.conn.execute("CREATE TEMP TABLE IF NOT EXISTS wanted (id TEXT PRIMARY KEY)")
             self.conn.execute("DELETE FROM wanted")
             self.conn.executemany("INSERT OR IGNORE INTO wanted VALUES (?)", ((i,) for i in ids))
-        for (text,) in self.conn.execute(
-            "SELECT raw FROM jobs WHERE id IN (SELECT id FROM wanted) ORDER BY id"
+        runs = str(self.layout.runs)
+        for job_id, text, *stamp in self.conn.execute(
+            "SELECT id, raw, ino, mtime_ns, size FROM jobs"
+            " WHERE id IN (SELECT id FROM wanted) ORDER BY id"
         ):
-            yield text
+            if text is None:
+                text = final_text(runs, job_id, tuple(stamp))
+            if text is not None:
+                yield text
 
     def stamps(self) -> dict[str, tuple[int, int, int]]:
         """Each job's ``(inode, mtime_ns, size)`` of job.json as last read: compare two to see
@@ -306,12 +316,18 @@ class JobIndex:
         return {row[0]: (row[1], row[2], row[3]) for row in cur}
 
     def raw_of(self, ids: Iterable[str]) -> dict[str, str]:
-        """The job.json text (as last read) of each of ``ids`` the index knows."""
+        """The job.json text of each of ``ids`` the index knows (see :meth:`raw`)."""
+        runs = str(self.layout.runs)
         out: dict[str, str] = {}
         for job_id in ids:
-            row = self.conn.execute("SELECT raw FROM jobs WHERE id = ?", (job_id,)).fetchone()
-            if row is not None:
-                out[job_id] = row[0]
+            row = self.conn.execute(
+                "SELECT raw, ino, mtime_ns, size FROM jobs WHERE id = ?", (job_id,)
+            ).fetchone()
+            if row is None:
+                continue
+            text = row[0] if row[0] is not None else final_text(runs, job_id, row[1:])
+            if text is not None:
+                out[job_id] = text
         return out
 
 

@@ -102,7 +102,7 @@ def read_row(
         st.st_size,
         int(final),
         *fields[1:],
-        data.decode("utf-8", "replace"),
+        None if final else data.decode("utf-8", "replace"),  # a final one's: final_text
         fields[2].casefold(),  # name_key: hopper status NAME looks it up
     )
 
@@ -174,6 +174,20 @@ def _record_fields(data: bytes, path: str, result: RefreshResult) -> Fields | No
         u.cache_write_tokens if u else None,
         u.cost_usd if u else None,
     )
+
+
+def final_text(runs: str, name: str, stamp: tuple[int, ...]) -> str | None:
+    """job.json's text for a final row (the index keeps none: nothing rewrites it), read
+    now with saferead's rules. If it is no longer the file the row was read from (edited
+    by hand), only a record that still passes the row's checks; None if gone or unusable."""
+    path = f"{runs}/{name}/{JOB_FILE}"
+    try:
+        data, st = read_job_file(path)
+    except (FileNotFoundError, UnreadableFile):
+        return None
+    if identity(st) != stamp and _view_fields(data, path, RefreshResult()) is None:
+        return None
+    return data.decode("utf-8", "replace")
 
 
 def _lexists(path: str) -> bool:
