@@ -5,11 +5,11 @@ library plus hopper's pure stream/outcome modules: no pydantic, starts fast).
 Because it is the job itself, everything below keeps going if the watcher is
 killed and restarted; the watcher only reads the files it leaves:
 
-* runs the agent CLI in its own process group, with the prompt on stdin
-  (never on a command line), its stdout on a pipe, its stderr into job.log;
-* appends every raw stream line to ``agent.jsonl`` and the rendered,
-  human-readable lines to its own stdout, which *is* job.log (O_APPEND), live
-  (partial assistant text too, line by line);
+* runs the agent CLI once per message (agents/clirun.py): in its own process
+  group, the prompt on stdin (never on a command line), every raw stream line
+  appended to ``agent.jsonl`` and rendered into its own stdout, which *is*
+  job.log (O_APPEND), live (partial assistant text too, line by line);
+  ``agent.state.json`` (the live agent state) kept current;
 * judges each error the CLI reports *as it arrives* (``live_action``): a
   fatal kind (auth, permission, billing) stops the CLI's whole group at once
   and fails the job; a kind hopper retries (rate_limit, quota, overloaded,
@@ -17,7 +17,6 @@ killed and restarted; the watcher only reads the files it leaves:
   hopper's own backoff (at least the CLI's announced delay, which carries
   retry-after), up to ``api_retries``; ``fail`` fails; ``pause`` fails and
   holds the session's later prompts (``<root>/sessions/<name>.paused``);
-* keeps ``agent.state.json`` (the live agent state) current;
 * stops a run that prints nothing for ``idle_timeout`` (SIGINT, SIGTERM,
   SIGKILL to the CLI's group): ``on_idle`` aborts or nudges;
 * resumes a CLI that died without a result when ``on_dead = "resume"``;
@@ -37,18 +36,16 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hopper.agents import sessionmap
-from hopper.agents.argv import cli_for, turn_argv
-from hopper.agents.groupstop import GroupStop
+from hopper.agents.argv import cli_for
+from hopper.agents.clirun import CliRun, RunResult
 from hopper.agents.livestate import LiveState, iso
 from hopper.agents.policy import (
     CONTINUE_TEXT,
@@ -57,32 +54,17 @@ from hopper.agents.policy import (
     idle_nudge_text,
     retry_delay,
 )
-from hopper.agents.stream import DIALECTS, StreamState, parse_line
+from hopper.agents.stream import DIALECTS
 from hopper.agents.streamtext import shorten
-from hopper.core.agent_outcome import judge, live_action, retryable
+from hopper.core.agent_outcome import retryable
 from hopper.store.atomic import write_atomic
 
 __all__ = ["RESULT_FILE", "SPEC_FILE", "SUMMARY_FILE"]
 
 SPEC_FILE = "agent.spec.json"
-STREAM_FILE = "agent.jsonl"
 SUMMARY_FILE = "agent.json"
 RESULT_FILE = "result.md"
 EVENTS_FILE = "events.jsonl"
-DEFAULT_IDLE_AFTER = 30.0  # seconds without output before the live state says idle
-
-
-@dataclass
-class RunResult:
-    state: StreamState
-    exit_code: int | None
-    idle: bool
-    ok: bool
-    kind: str | None
-    detail: str
-    text_tail: str = ""
-    dead: bool = False  # the CLI ended without a result and nobody stopped it
-    delay: float | None = None  # the CLI's announced retry delay, when hopper took over
 
 
 class Driver:
@@ -91,15 +73,22 @@ class Driver:
         self.cli = cli_for(spec)
         self.run_dir = Path(spec["run_dir"])
         self.workdir = str(spec["workdir"])
-        self.dialect = self.cli.dialect(spec)
-        self.structured = self.dialect in DIALECTS
+        dialect = self.cli.dialect(spec)
+        self.structured = dialect in DIALECTS
         self.stopping = False
         self.signals: list[int] = []  # stop signals received, to forward to the CLI's group
-        self.proc: subprocess.Popen[bytes] | None = None
         self.totals: dict[str, Any] = {"usage": {}, "cost_usd": None, "turns": 0}
         self.denials: list[str] = []
         self.live = LiveState(self.run_dir)
-        self.taken: tuple[str, str, float | None] | None = None  # a live error hopper acted on
+        self.cli_run = CliRun(
+            spec,
+            dialect,
+            self.live,
+            note=self.event,
+            say=self.say,
+            signals=self.signals,
+            stopping=lambda: self.stopping,
+        )
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGTERM, self._on_stop)
 
@@ -149,145 +138,7 @@ class Driver:
 
     # -- one CLI run --------------------------------------------------------------
     def run_agent(self, message: Path, session_id: str | None, resume: bool) -> RunResult:
-        argv = turn_argv(self.spec, message, session_id, resume)
-        state = StreamState(self.dialect)
-        self.event("agent_started", argv0=argv[0], resume=resume, session_id=session_id)
-        self.say(f"[hopper] {'resuming' if resume else 'starting'} {self.spec.get('agent_name')}")
-        self.live.set("starting")
-        stdin_path = message if self.spec.get("stdin", True) else Path(os.devnull)
-        with open(stdin_path, "rb") as stdin:
-            try:
-                # its own group: an idle or error stop reaches every child it started
-                proc = subprocess.Popen(
-                    argv,
-                    cwd=self.workdir,
-                    stdin=stdin,
-                    stdout=subprocess.PIPE,
-                    stderr=None,
-                    process_group=0,
-                )
-            except OSError as exc:
-                self.say(f"[error] cannot start {argv[0]}: {exc}")
-                return RunResult(state, None, False, False, "unknown", f"cannot start: {exc}")
-        self.proc = proc
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
-        idle_timeout = self.spec.get("idle_timeout")
-        idle_after = float(self.spec.get("idle_after") or DEFAULT_IDLE_AFTER)
-        if idle_timeout is not None:
-            idle_after = min(idle_after, float(idle_timeout) / 2)
-        buf = b""
-        tail = b""
-        last = time.monotonic()
-        idle = False
-        self.taken = None
-        stop = GroupStop(proc, float(self.spec.get("grace", 5.0)))
-        stream = open(self.run_dir / STREAM_FILE, "ab")  # noqa: SIM115
-        try:
-            while True:
-                if self.signals:  # the supervisor's stop: pass it on, it escalates itself
-                    stop.send(self.signals.pop(0))
-                if stop.tick():
-                    break
-                ready, _, _ = select.select([fd], [], [], 0.2)
-                if not ready:
-                    quiet = time.monotonic() - last
-                    if quiet >= idle_after and self.live.state in ("starting", "working"):
-                        self.live.set("idle", detail=f"no output for {quiet:.0f}s")
-                    timed_out = idle_timeout is not None and quiet >= idle_timeout
-                    if timed_out and not idle and not self.taken:
-                        idle = True
-                        self.event("idle_timeout", idle_timeout_seconds=idle_timeout)
-                        self.say(f"[hopper] no output for {idle_timeout:g}s: stopping the agent")
-                        stop.begin()
-                    continue
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    break
-                last = time.monotonic()
-                if not self.taken:
-                    self.live.activity()
-                if not self.structured:
-                    sys.stdout.buffer.write(chunk)
-                    sys.stdout.flush()
-                    tail = (tail + chunk)[-20000:]
-                    continue
-                buf += chunk
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    self._line(line, state, stream)
-                if self._judge_live(state):
-                    stop.begin()
-            if buf.strip():
-                self._line(buf, state, stream)
-        finally:
-            stream.close()
-            proc.stdout.close()
-        code = self._wait(proc)
-        self.proc = None
-        self.event("agent_exited", exit_code=code)
-        if self.taken is not None:
-            _, kind, delay = self.taken
-            detail = f"the CLI reported a {kind} error and was stopped at once"
-            return RunResult(state, code, False, False, kind, detail, delay=delay)
-        if not self.structured:
-            ok = code == 0
-            return RunResult(
-                state,
-                code,
-                idle,
-                ok,
-                None if ok else "unknown",
-                "the agent exited 0" if ok else f"the agent exited {code}",
-                tail.decode("utf-8", "replace"),
-            )
-        if idle:
-            return RunResult(state, code, True, False, None, "no output for idle_timeout")
-        verdict = judge(state.summary(), code)
-        dead = not state.completed and not state.failed and not self.stopping
-        return RunResult(state, code, False, verdict.ok, verdict.kind, verdict.detail, dead=dead)
-
-    def _line(self, line: bytes, state: StreamState, stream: Any) -> None:
-        if not line.strip():
-            return
-        stream.write(line + b"\n")
-        stream.flush()
-        obj = parse_line(line)
-        if obj is None:
-            self.say(line.decode("utf-8", "replace"))
-            return
-        for text in state.feed(obj):
-            self.say(text)
-
-    def _judge_live(self, state: StreamState) -> bool:
-        """Act on what the stream just said; True when the CLI must be stopped now."""
-        if state.waiting and not self.taken:
-            self.live.set("waiting_for_input", detail=state.waiting)
-        state.waiting = None
-        stop = False
-        for err in state.live:
-            action = live_action(err.kind)
-            self.event("agent_api_error", error_kind=err.kind, detail=err.text, action=action)
-            if self.taken:
-                continue
-            if action == "wait":  # the CLI retries it (a 500 …): show it
-                self.live.set("retrying", err.kind, err.text)
-                continue
-            self.taken = (action, err.kind, err.delay_seconds)
-            stop = True
-            if action == "stop":
-                self.live.set("api_error", err.kind, err.text)
-                self.say(f"[hopper] {err.kind} error ({err.text}): stopping the agent")
-            else:
-                self.live.set("retrying", err.kind, err.text)
-                self.say(f"[hopper] {err.kind} ({err.text}): hopper takes over the retry")
-        state.live.clear()
-        return stop
-
-    @staticmethod
-    def _wait(proc: subprocess.Popen[bytes]) -> int | None:
-        rc = proc.wait()
-        return rc if rc >= 0 else None
+        return self.cli_run.run(message, session_id, resume)
 
     def _account(self, res: RunResult) -> None:
         s = res.state.summary()
