@@ -11,7 +11,6 @@ Signal handlers only set flags.
 
 from __future__ import annotations
 
-import heapq
 import logging
 import os
 import signal
@@ -31,6 +30,7 @@ from hopper.config import Config
 from hopper.core import lifecycle
 from hopper.core.lifecycle import PriorityChange
 from hopper.core.owner import Owner, WatcherId
+from hopper.core.queued import QueuedJobs
 from hopper.core.record import JobRecord
 from hopper.core.recovery import Action
 from hopper.core.schedule import KnownJob, schedule
@@ -62,6 +62,7 @@ from hopper.wake import Waker
 log = logging.getLogger(__name__)
 
 QUEUE_SWEEP_INTERVAL = 1.0  # seconds between full passes over the queued jobs
+SWEEP_BUDGET = 0.1  # seconds of a pass per turn at most: a large queue is swept over turns
 WINDOW_MIN = 64  # queued jobs below this count are always scheduled in full
 CLAIM_BATCH = 256  # prompts claimed per turn at most; the rest wait for the next turn
 CLAIM_BUDGET = 0.2  # seconds of claiming per turn at most: starts and exits wait no longer
@@ -120,7 +121,7 @@ class Watcher:
         self._backlog = Backlog()  # complete prompts not yet claimed, and their claim order
         self._last_beat = self.clock.monotonic()
         self._filed = FiledRuns()  # finished runs a reconcile pass need not read again
-        self.queued: dict[str, JobRecord] = {}
+        self.queued = QueuedJobs()  # by id, with the start order kept (core/queued.py)
         self.waker = Waker()
         self.events = InboxEvents(self.waker.wake)
         self.flags = Flags()
@@ -129,6 +130,7 @@ class Watcher:
         self._next_rescan = 0.0
         self._next_reconcile = 0.0
         self._next_queue_sweep = 0.0
+        self._sweep: list[str] = []  # queued ids this pass has still to look at, last first
         self._next_notify = 0.0
         self.notifier = Notifier()
         self._stop_deadline: float | None = None
@@ -458,30 +460,7 @@ class Watcher:
         for retry in self.runner.requeued:
             self.queued[retry.id] = retry
         self.runner.requeued.clear()
-        mono = self.clock.monotonic()
-        full = mono >= self._next_queue_sweep
-        if full:
-            # ABORT and PRIORITY markers of queued jobs, and the dependency
-            # verdicts, cost a pass over the whole queue: once a second, not on
-            # every turn (a backlog of 100,000 would make each start O(n)).
-            self._next_queue_sweep = mono + QUEUE_SWEEP_INTERVAL
-            for n, job_id in enumerate(sorted(self.queued)):
-                if n % CLAIM_BATCH == CLAIM_BATCH - 1:
-                    self._keepalive()
-                queued = self.queued.get(job_id)  # a keepalive may have dropped it
-                if queued is None:
-                    continue
-                run_dir = self.layout.run_dir(job_id)
-                if (run_dir / ABORT_FILE).exists():
-                    if self._mine(job_id, queued):
-                        self.runner.abort_queued(self.queued.pop(job_id))
-                    continue
-                self._guarded(
-                    f"priority:{job_id}",
-                    lambda job_id=job_id, run_dir=run_dir: self._apply_priority(  # type: ignore[misc]
-                        job_id, run_dir
-                    ),
-                )
+        full = self._sweep_markers()
         if not self.queued:
             self._paused = frozenset()
             return
@@ -495,8 +474,8 @@ class Watcher:
             limits=self.limits,
             pause=read_pause(
                 self.layout,
-                (r.group for r in self.queued.values()),
-                (r.session for r in self.queued.values()),  # on_error = pause
+                (r.group for r in window),
+                (r.session for r in window),  # on_error = pause
             ),
             known=self._known_jobs(),
             now=self.clock.now(),
@@ -523,6 +502,46 @@ class Watcher:
             if not self.runner.start(record):
                 self.queued[job_id] = record  # another watcher took the slot first
 
+    def _sweep_markers(self) -> bool:
+        """ABORT and PRIORITY markers of queued jobs; True when a pass has just ended.
+
+        A pass looks at every queued job (and then the dependency verdicts are
+        taken over the whole queue): once a second, not on every turn (a
+        backlog of 100,000 would make each start O(n)). A pass spends at most
+        SWEEP_BUDGET per turn, so over a large queue it is spread over turns
+        and claims and starts go on between its slices.
+        """
+        mono = self.clock.monotonic()
+        if not self._sweep:
+            if mono < self._next_queue_sweep:
+                return False
+            self._next_queue_sweep = mono + QUEUE_SWEEP_INTERVAL
+            self._sweep = sorted(self.queued, reverse=True)  # taken from the end: claim order
+        deadline = mono + SWEEP_BUDGET
+        n = 0
+        while self._sweep:
+            n += 1
+            if n % CLAIM_BATCH == 0:
+                self._keepalive()
+                if self.clock.monotonic() >= deadline:
+                    break
+            job_id = self._sweep.pop()
+            queued = self.queued.get(job_id)  # started, ended, or a keepalive dropped it
+            if queued is None:
+                continue
+            run_dir = self.layout.run_dir(job_id)
+            if (run_dir / ABORT_FILE).exists():
+                if self._mine(job_id, queued):
+                    self.runner.abort_queued(self.queued.pop(job_id))
+                continue
+            self._guarded(
+                f"priority:{job_id}",
+                lambda job_id=job_id, run_dir=run_dir: self._apply_priority(  # type: ignore[misc]
+                    job_id, run_dir
+                ),
+            )
+        return not self._sweep
+
     def _reject(self, job_id: str, record: JobRecord, reason: Reason, detail: str) -> None:
         self.runner.reject(record, reason, detail)
 
@@ -532,18 +551,16 @@ class Watcher:
         A full sweep sees all of them. Otherwise: every job with a session or
         dependencies (their order and verdicts depend on the rest), plus the
         first few other jobs in start order — enough to fill every slot several
-        times over — so a start costs a heap selection, not a full schedule.
+        times over — taken from the order core/queued.py keeps, so a start costs
+        O(log n), not a pass over the queue.
         A job the window leaves out (its group paused or at its limit) is seen
-        at the next sweep, within QUEUE_SWEEP_INTERVAL.
+        at the end of the next pass of the sweep, within QUEUE_SWEEP_INTERVAL
+        while the queue is small enough to sweep in one turn.
         """
         if full or len(self.queued) <= WINDOW_MIN:
             return list(self.queued.values())
-        special: list[JobRecord] = []
-        plain: list[JobRecord] = []
-        for record in self.queued.values():
-            (special if record.session or record.after else plain).append(record)
         size = max(WINDOW_MIN, 4 * self.config.max_parallel)
-        return special + heapq.nsmallest(size, plain, key=lambda r: (-r.priority, r.id))
+        return self.queued.special() + self.queued.first(size)
 
     def _apply_priority(self, job_id: str, run_dir: Path) -> None:
         """``hopper priority`` left a request: the owner writes it into job.json."""

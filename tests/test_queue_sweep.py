@@ -1,0 +1,60 @@
+"""The sweep of queued jobs' ABORT and PRIORITY markers is spread over turns.
+
+Over 65,000 queued jobs one pass took ~7 s, and it came due every second:
+the watcher did little else. Now a pass spends at most SWEEP_BUDGET per turn
+and goes on at the next turn. In-process (tests/inprocess.py): each marker
+check moves the fake clock on, as a slow disk would; assertions are on how
+many jobs each turn looked at and on the turn the ABORT took effect.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hopper import watcher as watcher_module
+from hopper.core.states import JobState
+from hopper.store.jobfile import ABORT_FILE, read_record
+from hopper.store.layout import Layout
+from hopper.watcher import Watcher
+from inprocess import in_process, submit
+
+QUEUE = 40
+SLICE = 8  # the budget is looked at every SLICE jobs (CLAIM_BATCH, patched)
+
+
+def test_a_pass_over_a_large_queue_is_spread_over_turns_and_still_sees_abort(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watcher_module, "CLAIM_BATCH", SLICE)
+    watcher, fake, clock = in_process(layout, max_parallel=1)
+    for i in range(QUEUE):
+        submit(layout, clock, f"q{i:03d}", '+++\nagent = "bash"\n+++\ntrue\n')
+    while len(watcher.queued) + len(fake.started) < QUEUE:
+        watcher.turn()  # the fake clock stands still: each pass is one turn
+    last = max(watcher.queued)  # the sweep goes in claim (id) order: this one is looked at last
+    (layout.run_dir(last) / ABORT_FILE).touch()
+
+    looked: list[str] = []
+    real_apply = Watcher._apply_priority
+
+    def slow_apply(self: Watcher, job_id: str, run_dir: Path) -> None:
+        looked.append(job_id)
+        clock.advance(watcher_module.SWEEP_BUDGET / 10)
+        real_apply(self, job_id, run_dir)
+
+    monkeypatch.setattr(Watcher, "_apply_priority", slow_apply)
+    clock.advance(watcher_module.QUEUE_SWEEP_INTERVAL)  # a pass is due
+    per_turn = []
+    for _ in range(4):
+        before = len(looked)
+        watcher.turn()
+        per_turn.append(len(looked) - before)
+        if last not in watcher.queued:
+            break
+    queued_then = QUEUE - 1  # one job runs
+    assert sum(per_turn) == queued_then - 1  # every queued job but the aborted one
+    assert max(per_turn) < queued_then / 2, per_turn  # no turn did the whole pass
+    assert len(per_turn) == 3, per_turn  # and the ABORT took effect at the pass's end
+    assert read_record(layout.run_dir(last)).state is JobState.ABORTED

@@ -1,0 +1,84 @@
+"""core/queued.py: the start order of the queued jobs, kept as the queue changes.
+
+``first(k)`` must always equal what a pass over the whole queue would pick:
+the k jobs without a session or ``after`` with the highest priority, ties by
+id (claim order). Random sets, priority changes and removals are checked
+against that pass, on fixed seeds.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime
+from functools import cache
+
+from hopper.core.queued import QueuedJobs
+from hopper.core.record import JobRecord
+from hopper.core.states import JobState
+
+NOW = datetime(2026, 11, 23, tzinfo=UTC)
+
+
+@cache
+def record(i: int, priority: int = 0, session: str | None = None) -> JobRecord:
+    job_id = f"20261123-000000-{i:06d}-job-abcd"
+    return JobRecord(
+        id=job_id,
+        name=f"job{i}",
+        state=JobState.QUEUED,
+        agent="bash",
+        host="h",
+        owner="h:1:1",
+        inbox_path=f"inbox/job{i}.prompt.md",
+        created_at=NOW,
+        priority=priority,
+        session=session,
+    )
+
+
+def by_pass(queued: dict[str, JobRecord], k: int) -> list[str]:
+    plain = [r for r in queued.values() if not (r.session or r.after)]
+    return [r.id for r in sorted(plain, key=lambda r: (-r.priority, r.id))[:k]]
+
+
+def test_first_is_priority_then_claim_order_and_leaves_sessions_out() -> None:
+    queued = QueuedJobs()
+    for i, prio in enumerate([0, 5, 0, 5, -1]):
+        queued[record(i, prio).id] = record(i, prio)
+    queued[record(9, 99, session="s").id] = record(9, 99, session="s")
+    assert [r.name for r in queued.first(3)] == ["job1", "job3", "job0"]
+    assert [r.name for r in queued.first(10)] == ["job1", "job3", "job0", "job2", "job4"]
+    assert [r.name for r in queued.special()] == ["job9"]
+    assert [r.name for r in queued.first(3)] == ["job1", "job3", "job0"]  # asking changes nothing
+
+
+def test_first_follows_removals_and_priority_changes() -> None:
+    queued = QueuedJobs({record(i).id: record(i) for i in range(5)})
+    del queued[record(0).id]  # started
+    queued.pop(record(1).id)  # aborted while queued
+    queued[record(4).id] = record(4, priority=7)  # `hopper priority`
+    queued[record(2).id] = record(2)  # set again, unchanged (a start refused)
+    assert [r.name for r in queued.first(5)] == ["job4", "job2", "job3"]
+    queued.clear()
+    assert queued.first(5) == [] and queued.special() == []
+    queued.setdefault(record(3).id, record(3))
+    assert [r.name for r in queued.first(5)] == ["job3"]
+
+
+def test_first_matches_a_pass_over_the_queue_under_random_changes() -> None:
+    for seed in range(20):
+        rng = random.Random(seed)
+        queued = QueuedJobs()
+        for _ in range(400):
+            i = rng.randrange(60)
+            action = rng.random()
+            if action < 0.5:
+                rec = record(i, rng.choice([-1, 0, 0, 3, 10]), rng.choice([None, None, "s"]))
+                queued[rec.id] = rec
+            elif action < 0.8:
+                queued.pop(record(i).id, None)
+            else:
+                k = rng.randrange(1, 12)
+                assert [r.id for r in queued.first(k)] == by_pass(queued, k), seed
+        sessions = sorted(r.id for r in queued.values() if r.session)
+        assert [r.id for r in queued.special()] == sessions, seed
