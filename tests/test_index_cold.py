@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -196,6 +197,31 @@ def test_a_worker_that_dies_has_its_slice_read_again(
 
     monkeypatch.setattr(pool, "_read", dying)
     assert build(varied) == expected
+
+
+def test_a_worker_does_not_run_the_parents_signal_handlers(
+    varied: Layout, forked: list[int], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    expected = build(varied)
+    parent = os.getpid()
+    ran = tmp_path / "handler-ran"
+    real = pool._read
+
+    def terminated(*args: Any) -> pool.Slice:
+        if os.getpid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)  # as a `kill` of the process group would
+        return real(*args)
+
+    def handler(signum: int, frame: object) -> None:
+        ran.write_text(str(os.getpid()))
+
+    monkeypatch.setattr(pool, "_read", terminated)
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        assert build(varied) == expected  # the workers died; their slices read again
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert not ran.exists()
 
 
 def test_workers_are_not_forked_for_a_few_files_or_from_a_threaded_process(

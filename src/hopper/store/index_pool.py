@@ -120,6 +120,10 @@ def _fork(
     if pid == 0:  # pragma: no cover - the worker's lines run in the child (coverage misses them)
         code = 1
         try:
+            import signal  # here: `hopper status` starts without it
+
+            for signum in (signal.SIGINT, signal.SIGTERM):  # not the parent's handlers
+                signal.signal(signum, signal.SIG_DFL)
             os.close(r)
             blob = marshal.dumps(_read(root, runs, names, look, bulk))
             with os.fdopen(w, "wb") as out:
