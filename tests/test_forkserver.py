@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -256,3 +257,47 @@ def test_the_watcher_replaces_a_dead_fork_server_and_its_running_jobs_go_on(
     assert records()["long"].state is JobState.RUNNING
     gate.touch()
     wait_for(lambda: getattr(records().get("long"), "state", None) is JobState.SUCCEEDED)
+
+
+def test_starts_are_begun_without_waiting_and_collected_in_any_order(
+    server: spawn.ForkServer, tmp_path: Path
+) -> None:
+    """spawn.begin hands the spec over and returns; the fork server's answers
+    are matched to the requests in order, whichever start is collected first."""
+    stopped = server.pid
+    assert stopped is not None
+    server.start()
+    os.kill(stopped, signal.SIGSTOP)  # nothing is answered while it is stopped
+    try:
+        pending = []
+        for name in ("a", "b", "c"):
+            (tmp_path / name).mkdir()
+            spec = _spec(tmp_path / name, f"exit {ord(name) - ord('a') + 3}")
+            pending.append(spawn.begin(tmp_path / name, spec, server))  # returns at once
+        ready, _, _ = select.select(pending, [], [], 0.2)
+        assert ready == []  # no report yet: the server has not even forked
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+    procs = []
+    for start in reversed(pending):  # the last asked first
+        proc, pid = start.collect()
+        assert isinstance(proc, spawn.Forked) and psutil.Process(pid).ppid() == proc.pid
+        spawn.release(proc)
+        procs.append(proc)
+    for proc in procs:
+        assert proc.wait(timeout=30) == 0
+    assert [_exit(tmp_path / n)["exit_code"] for n in ("a", "b", "c")] == [3, 4, 5]
+    assert server.pid == stopped  # the same server answered all three
+
+
+def test_a_start_the_watcher_never_collects_never_runs(
+    server: spawn.ForkServer, tmp_path: Path
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    start = spawn.begin(run_dir, _spec(run_dir, f"touch {tmp_path / 'ran'}"), server)
+    select.select([start], [], [], 30)  # its supervisor has forked the gated job
+    start.abandon()
+    wait_for(lambda: (run_dir / "exit.json").exists(), what="the supervisor's exit record")
+    assert _exit(run_dir)["started"] is False
+    assert not (tmp_path / "ran").exists()

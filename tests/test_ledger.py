@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -190,3 +191,24 @@ def test_note_appends_an_event_without_a_record(tmp_path: Path) -> None:
         {"ts": NOW.isoformat(), "event": "hook_ok", "hook": "on_success"}
     ]
     assert not (tmp_path / "job.json").exists()
+
+
+def test_a_batch_issues_its_fsyncs_concurrently(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The files of a batch are fsynced at the same time, then its directories:
+    the journal folds concurrent fsyncs into one commit (a group commit)."""
+    dirs = [tmp_path / n for n in ("a", "b", "c")]
+    for d in dirs:
+        d.mkdir()
+    files, folders = threading.Barrier(3, timeout=10), threading.Barrier(3, timeout=10)
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        (folders if stat.S_ISDIR(os.fstat(fd).st_mode) else files).wait()  # all 3 at once
+        real(fd)
+
+    monkeypatch.setattr(ledger.os, "fsync", fsync)
+    entries = [Entry(d, step(d.name, 1, "started")) for d in dirs]
+    assert ledger.commit_batch(entries) == []
+    assert [read_record(d).priority for d in dirs] == [1, 1, 1]

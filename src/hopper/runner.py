@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
+import select
 import stat
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,12 +25,12 @@ from hopper.agents.summary import read_live_state
 from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core import lifecycle
-from hopper.core.lifecycle import Heartbeat, Requeued, StopRequested
+from hopper.core.lifecycle import Heartbeat, Requeued, Step, StopRequested
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import JobRecord
 from hopper.core.states import Reason, is_terminal
 from hopper.endings import Endings
-from hopper.executors.protocol import Deferred, Ended, Executor, How, Launch, Tick
+from hopper.executors.protocol import Deferred, Ended, Executor, How, Launch, Starting, Tick
 from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
 from hopper.running import Running
@@ -72,6 +74,7 @@ class Runner:
     endings: Endings
     guard: LoopGuard  # one bad job never stops the loop
     running: dict[str, Running] = field(default_factory=dict)
+    starting: dict[str, Starting] = field(default_factory=dict)  # begun, not yet released
     child_exited: bool = True  # set by the watcher's SIGCHLD handler
     requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler
     io_errors: int = 0  # failed writes since start (disk full …), for status reports
@@ -82,6 +85,7 @@ class Runner:
             self.guard.step(f"start-up: executor {name}", executor.open)
 
     def close(self) -> None:
+        self.guard.step("shut-down: starts on their way", self.finish_starts)
         for name, executor in self.executors.items():
             self.guard.step(f"shut-down: executor {name}", executor.close)
 
@@ -106,14 +110,18 @@ class Runner:
         try:
             self._start(record)
         except Exception as exc:  # costs this job, never the loop
-            bug = "" if isinstance(exc, OSError) else " (a bug in hopper: please report it)"
-            self.guard.report(f"start:{record.id}", exc, what=f"job={record.id} could not start")
-            detail = f"could not start: {exc}{bug}"
-            self.guard.step(
-                f"reject:{record.id}",
-                lambda: self.reject(record, Reason.SPAWN_FAILED, detail, leased=True),
-            )
+            self._start_failed(record, exc)
         return True
+
+    def _start_failed(self, record: JobRecord, exc: Exception) -> None:
+        """A start that raised (a write refused, a bug): the job is rejected, leases given back."""
+        bug = "" if isinstance(exc, OSError) else " (a bug in hopper: please report it)"
+        self.guard.report(f"start:{record.id}", exc, what=f"job={record.id} could not start")
+        detail = f"could not start: {exc}{bug}"
+        self.guard.step(
+            f"reject:{record.id}",
+            lambda: self.reject(record, Reason.SPAWN_FAILED, detail, leased=True),
+        )
 
     def _start(self, record: JobRecord) -> None:
         run_dir = self.layout.run_dir(record.id)
@@ -124,6 +132,9 @@ class Runner:
         result = self.executor_for(record).start(launch)
         if isinstance(result, Running):
             self.running[record.id] = result
+        elif isinstance(result, Starting):
+            self.starting[record.id] = result  # finished by settle_starts
+            self.scale.starting.add(record.id)  # its lease is in use, though it is queued
         elif isinstance(result, Deferred):
             self.scale.release(record)
             self.requeued.append(result.record)
@@ -142,6 +153,81 @@ class Runner:
             why = exc.describe(record.inbox_path)
             return Ended(record, run_dir, How.REJECTED, Reason.BAD_PROMPT, why)
         return Launch(record, run_dir, ready.prep, ready.workdir, ready.env, ready.job_vars)
+
+    @property
+    def busy(self) -> int:
+        """Jobs holding a slot here: running, and started but not yet released."""
+        return len(self.running) + len(self.starting)
+
+    def active(self) -> list[JobRecord]:
+        """The records of every job holding a slot here (for the scheduler)."""
+        return [j.record for j in self.running.values()] + [
+            s.record for s in self.starting.values()
+        ]
+
+    def settle_starts(self, timeout: float = 0.0) -> None:
+        """Finish the starts whose executors have reported (or whose deadline has
+        passed): their ``running`` records are committed in one group commit
+        (store/ledger.py: durable before anything acts on them), then each job
+        is released. Waits up to ``timeout`` for the first report."""
+        if not self.starting:
+            return
+        ready: list[Starting] = list(self.starting.values())
+        try:
+            ready = select.select(ready, [], [], timeout)[0]
+        except (OSError, ValueError):
+            pass  # a descriptor gone bad: collect them all, each fails on its own
+        mono = time.monotonic()  # real time: the executor's deadline is for real processes
+        ready += [s for s in self.starting.values() if s.deadline <= mono and s not in ready]
+        entries: list[tuple[Starting, ledger.Entry]] = []
+        for start in ready:
+            del self.starting[start.record.id]
+            report = self._report(start)
+            if isinstance(report, Ended):
+                self.guard.step(f"reject:{start.record.id}", self._never_ran(report))
+            elif report is not None:
+                entries.append((start, ledger.Entry(start.run_dir, report)))
+        try:
+            self._commit_starts(entries)
+        finally:
+            self.scale.starting.difference_update(s.record.id for s in ready)
+
+    def _commit_starts(self, entries: list[tuple[Starting, ledger.Entry]]) -> None:
+        if not entries:
+            return
+        failed = ledger.commit_batch([e for _, e in entries], crash="start.after_record")
+        errors = {id(f.entry): f.error for f in failed}
+        for start, entry in entries:
+            error = errors.get(id(entry))
+            if error is None:
+                self.running[start.record.id] = start.release(entry.step.record)
+            else:
+                start.abandon()
+                self._start_failed(start.record, error)
+
+    def _never_ran(self, end: Ended) -> Callable[[], None]:
+        def handle() -> None:
+            self.ended(end, leased=True)
+
+        return handle
+
+    def _report(self, start: Starting) -> Step | Ended | None:
+        """A start's report; None if collecting it raised (the job is then rejected)."""
+        try:
+            return start.report()
+        except Exception as exc:  # costs this job, never the loop
+            start.abandon()
+            self._start_failed(start.record, exc)
+            return None
+
+    def finish_starts(self) -> None:
+        """Settle every start on its way (before recovery looks at the runs, or at exit)."""
+        while self.starting:
+            self.settle_starts(timeout=0.05)
+
+    def waiting_on(self) -> list[Starting]:
+        """What the loop's sleep should wake for besides its own pipe."""
+        return list(self.starting.values())
 
     # -- monitor ----------------------------------------------------------------
     def poll(self) -> None:

@@ -65,6 +65,7 @@ class ScaleOut:
         self.wrote = False  # did the last beat() write our file (False: not due yet)
         self._dead: set[str] = set()
         self._next_sweep: dict[str, float] = {}
+        self.starting: set[str] = set()  # ids the runner is starting: queued, lease held
 
     # -- heartbeats -------------------------------------------------------------
     def start(self) -> None:
@@ -217,8 +218,10 @@ class ScaleOut:
             return False
         if record.state is JobState.RUNNING:
             return True  # a dead host's job is finished by takeover; then the lease goes
-        # Queued: a start in progress, by a live watcher other than us.
-        if lease.owner == self.ident.owner or lease.age >= self.dead_after:
+        # Queued: a start in progress, ours (the runner says) or a live watcher's.
+        if lease.owner == self.ident.owner:
+            return lease.job_id in self.starting and lease.age < self.dead_after
+        if lease.age >= self.dead_after:
             return False
         owner = parse_owner(lease.owner)
         if owner is None:

@@ -10,6 +10,12 @@ from __future__ import annotations
 import os
 import select
 import signal
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class HasFileno(Protocol):
+    def fileno(self) -> int: ...
 
 
 class Waker:
@@ -22,10 +28,12 @@ class Waker:
         except BlockingIOError:
             pass  # already full: the loop will wake anyway
 
-    def wait(self, timeout: float) -> None:
-        """Sleep until woken or ``timeout`` seconds pass; then drain the pipe."""
-        ready, _, _ = select.select([self._r], [], [], max(0.0, timeout))
-        if ready:
+    def wait(self, timeout: float, also: Sequence[HasFileno] = ()) -> None:
+        """Sleep until woken, one of ``also`` is readable, or ``timeout`` seconds
+        pass; then drain the pipe."""
+        watched: list[int | HasFileno] = [self._r, *also]
+        ready, _, _ = select.select(watched, [], [], max(0.0, timeout))
+        if self._r in ready:
             try:
                 while os.read(self._r, 4096):
                     pass

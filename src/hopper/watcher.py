@@ -162,7 +162,7 @@ class Watcher:
                 if self.flags.reload and not self.flags.stop:
                     reexec = True
                     break
-                if self.flags.stop and (not self.runner.running or self.config.on_stop == "detach"):
+                if self.flags.stop and (not self.runner.busy or self.config.on_stop == "detach"):
                     break
                 if self._stop_deadline is not None and self.clock.monotonic() > self._stop_deadline:
                     log.error(
@@ -172,7 +172,7 @@ class Watcher:
                     break
                 if until_idle and self.idle():
                     break
-                self.waker.wait(self._sleep_for())
+                self.waker.wait(self._sleep_for(), self.runner.waiting_on())
         finally:
             if reexec:
                 self.notifier.reloading()
@@ -251,6 +251,7 @@ class Watcher:
         so the heartbeat file and WATCHDOG=1 keep coming whatever the load.
         """
         self._guarded("beat", self._beat)
+        self._guarded("starts", self.runner.settle_starts)  # reported since the last turn
         if self.flags.stop:
             self._guarded("stop", self._begin_stop)
         elif self.degraded is None:  # a full or read-only root: claim and start nothing
@@ -263,6 +264,7 @@ class Watcher:
         if len(self.runner.running) < before and not self.flags.stop:
             # A slot just freed: fill it now, not a poll_interval later.
             self._guarded("start", self._start_queued)
+        self._guarded("starts", self.runner.settle_starts)
 
     def _beat(self, *, force: bool = False) -> None:
         """Our heartbeat file; a host that just died is reconciled at once.
@@ -364,7 +366,7 @@ class Watcher:
         return (
             (not self.queued or held)
             and not self.runner.requeued
-            and not self.runner.running
+            and not self.runner.busy
             and not self._waiting
             and not self._backlog
             and not any(c.path not in self._skipped for c in scan(self.layout.inbox))
@@ -376,7 +378,7 @@ class Watcher:
         if self._backlog:
             return 0.0  # more prompts to claim: the next turn at once
         until_rescan = max(0.0, self._next_rescan - self.clock.monotonic())
-        if self.runner.running or self.queued or self._waiting or self.flags.stop:
+        if self.runner.busy or self.queued or self._waiting or self.flags.stop:
             return min(self.config.poll_interval, until_rescan)
         return until_rescan
 
@@ -464,10 +466,10 @@ class Watcher:
         if not self.queued:
             self._paused = frozenset()
             return
-        if not full and len(self.runner.running) >= self.config.max_parallel:
+        if not full and self.runner.busy >= self.config.max_parallel:
             return  # no slot to fill; failures wait for the next sweep
         window = self.queued_window(full)
-        mine = [j.record for j in self.runner.running.values()]
+        mine = self.runner.active()
         decision = schedule(
             queued=window,
             running=mine,
@@ -598,6 +600,7 @@ class Watcher:
         if self._stop_deadline is not None:
             return
         policy = self.config.on_stop
+        self.runner.finish_starts()  # released first, so they are stopped with the rest
         log.info("stopping: %d running jobs (on_stop=%s)", len(self.runner.running), policy)
         if policy == "wait":
             self._stop_deadline = self.clock.monotonic() + self.config.stop_timeout

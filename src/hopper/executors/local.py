@@ -20,13 +20,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hopper.core import lifecycle
-from hopper.core.lifecycle import Started
+from hopper.core.lifecycle import Started, Step
 from hopper.core.outcome import Outcome, classify
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import RunSnapshot
 from hopper.core.states import Reason
 from hopper.errors import JobFileCorrupt
-from hopper.executors.protocol import Context, Ended, How, Launch, Polled, Start, Tick
+from hopper.executors.protocol import (
+    Context,
+    Ended,
+    How,
+    Launch,
+    Polled,
+    Start,
+    Starting,
+    Tick,
+)
 from hopper.faults import crash_point
 from hopper.proc import identity, spawn, treekill
 from hopper.running import Running, adopt
@@ -58,6 +67,41 @@ class Command:
     env: dict[str, str]
     grace: float  # the supervisor's wait between its stop signals
     memory_max: int | None  # bytes the supervisor lets the job's tree use
+
+
+class LocalStart(Starting):
+    """A local start on its way: the supervisor is asked for; its report comes
+    on the channel the shell selects on."""
+
+    def __init__(self, executor: LocalExecutor, launch: Launch, pending: spawn.Pending) -> None:
+        super().__init__(launch.record, launch.run_dir, pending.deadline)
+        self.executor, self.launch, self.pending = executor, launch, pending
+        self.proc: spawn.Supervisor | None = None
+
+    def fileno(self) -> int:
+        return self.pending.fileno()
+
+    def report(self) -> Step | Ended:
+        try:
+            self.proc, pid = self.pending.collect()
+        except spawn.SpawnFailed as exc:
+            return Ended(self.record, self.run_dir, How.REJECTED, Reason.SPAWN_FAILED, str(exc))
+        return self.executor.reported(self, self.proc, pid)
+
+    def release(self, record: JobRecord) -> Running:
+        assert self.proc is not None
+        spawn.release(self.proc)
+        log.info("job=%s state=queued->running pid=%s", record.id, record.pid)
+        config = self.executor.ctx.config
+        next_beat = self.executor.ctx.clock.monotonic() + config.heartbeat_interval
+        return Running(record, self.run_dir, self.proc, next_beat)
+
+    def abandon(self) -> None:
+        if self.proc is None:
+            self.pending.abandon()
+            return
+        spawn.refuse(self.proc)  # it ends the gated job and records started=false
+        self.executor.forget_handle(self.proc)
 
 
 class LocalExecutor:
@@ -118,33 +162,32 @@ class LocalExecutor:
             idle_timeout=prep.idle_timeout,
         )
         try:
-            proc = spawn.launch(run_dir, spec, self.pool)
-            pid = spawn.read_pid(proc)
+            pending = spawn.begin(run_dir, spec, self.pool)
         except spawn.SpawnFailed as exc:
             return Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, str(exc))
+        return LocalStart(self, launch, pending)
+
+    def reported(self, start: LocalStart, proc: spawn.Supervisor, pid: int) -> Step:
+        """The ``running`` step of a job whose supervisor reported its pid."""
         crash_point("start.after_spawn")
-        clock = self.ctx.clock
-        now = clock.now()
+        launch = start.launch
         fact = Started(
-            at=now,
+            at=self.ctx.clock.now(),
             owner=self.ctx.owner,
             workdir=str(launch.workdir),
-            argv0=prep.argv[0],
+            argv0=launch.prep.argv[0],
             pid=pid,
             pid_start_time=identity.start_time(pid),
             supervisor_pid=proc.pid,
             supervisor_start_time=identity.start_time(proc.pid),
             host=self.ctx.host,  # a retry taken over from a dead host runs here
         )
-        step = lifecycle.started(record, fact)
-        extra = self.started_fields(record)
+        step = lifecycle.started(launch.record, fact)
+        extra = self.started_fields(launch.record)
         if extra:
             (event,) = step.events
             step = replace(step, events=(replace(event, fields={**event.fields, **extra}),))
-        running = ledger.commit(run_dir, step, crash="start.after_record")
-        spawn.release(proc)
-        log.info("job=%s state=queued->running pid=%s", record.id, pid)
-        return Running(running, run_dir, proc, clock.monotonic() + config.heartbeat_interval)
+        return step
 
     # -- monitor --------------------------------------------------------------------
     def poll(self, jobs: Sequence[Running], tick: Tick) -> Polled:
@@ -287,6 +330,10 @@ class LocalExecutor:
     def forget(self, job: Running) -> None:
         if job.supervisor is not None:
             self._reap.append(job.supervisor)
+
+    def forget_handle(self, proc: spawn.Handle) -> None:
+        """A supervisor never released: reaped once it has exited."""
+        self._reap.append(proc)
 
     # -- after a restart ------------------------------------------------------------
     def begin_recovery(self) -> None:

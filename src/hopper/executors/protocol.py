@@ -14,6 +14,7 @@ Adding an executor: implement :class:`Executor` and register its factory in
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -23,6 +24,7 @@ from typing import Protocol
 from hopper.agents.base import Agent, Preparation
 from hopper.clock import Clock
 from hopper.config import Config
+from hopper.core.lifecycle import Step
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import RunSnapshot
 from hopper.core.states import Reason
@@ -81,7 +83,38 @@ class Deferred:
     record: JobRecord
 
 
-Start = Running | Deferred | Ended  # started, wait and try again, or never ran
+class Starting(ABC):
+    """A start the executor has begun without waiting for it (the local one: its
+    supervisor is asked for; the job's pid comes later). The shell selects on
+    :meth:`fileno`, then takes each ready one's :meth:`report`, commits the
+    reports of a turn together (durable before anything acts on them), and
+    only then calls :meth:`release`: nothing runs before its record says so.
+    The job holds its leases meanwhile."""
+
+    def __init__(self, record: JobRecord, run_dir: Path, deadline: float) -> None:
+        self.record = record
+        self.run_dir = run_dir
+        self.deadline = deadline  # time.monotonic(): collect it by then, ready or not
+
+    @abstractmethod
+    def fileno(self) -> int:
+        """Readable once :meth:`report` will not wait long."""
+
+    @abstractmethod
+    def report(self) -> Step | Ended:
+        """The job's ``running`` step to commit, or how the start failed."""
+
+    @abstractmethod
+    def release(self, record: JobRecord) -> Running:
+        """Its running ``record`` is durable: let the job run."""
+
+    @abstractmethod
+    def abandon(self) -> None:
+        """Never released (its record could not be committed, or the watcher is
+        going away): the gated job is ended without running."""
+
+
+Start = Running | Deferred | Ended | Starting  # started, wait, never ran, or on its way
 
 
 @dataclass(frozen=True)
@@ -132,7 +165,8 @@ class Executor(Protocol):
         """The watcher is going away; jobs keep running."""
 
     def start(self, launch: Launch) -> Start:
-        """Start the job, record it running (before it may run), or say why not."""
+        """Start the job, record it running (before it may run), or say why not;
+        or begin it and hand back a :class:`Starting` the shell finishes."""
 
     def poll(self, jobs: Sequence[Running], tick: Tick) -> Polled:
         """Look at this executor's running jobs; those that ended come back as :class:`Ended`."""

@@ -150,10 +150,10 @@ class LaunchSpec:
     run_dir: str | None = None  # set by spawn.launch: a pooled supervisor learns it here
 
     def __post_init__(self) -> None:
-        _validated("launch spec", asdict(self), _SPEC_CHECKS)
+        _validated("launch spec", _fields(self), _SPEC_CHECKS)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps(_fields(self))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> LaunchSpec:
@@ -167,6 +167,13 @@ class LaunchSpec:
 
 
 _REQUIRED_SPEC = ("argv", "cwd", "env", "log")
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    """A dataclass's fields as a dict, values as they are: its values are JSON
+    values already, so ``asdict``'s deep copy (the whole job environment, per
+    start) buys nothing."""
+    return {name: getattr(obj, name) for name in obj.__dataclass_fields__}
 
 
 def finite(value: float | None) -> float | None:

