@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import hopper.store.index as index_module
+import hopper.store.index_ahead as ahead
 import hopper.store.index_pool as pool
 from hopper.core.record import JobRecord, Usage
 from hopper.core.states import JobState, Reason
@@ -348,3 +349,54 @@ def test_a_job_finalized_after_it_was_read_drops_its_kept_text(layout: Layout) -
         row = index.conn.execute("SELECT final, raw FROM jobs").fetchone()
         assert row == (1, None)
         assert list(index.raw([rec.id])) == [(run_dir / "job.json").read_text()]
+
+
+# -- reading ahead when the disk is slow ------------------------------------------
+
+
+def test_reading_ahead_changes_no_row(
+    varied: Layout, forked: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = build(varied)
+    started: list[int] = []
+    real = ahead.ReadAhead.__init__
+
+    def start(self: ahead.ReadAhead, *args: Any) -> None:
+        started.append(os.getpid())
+        real(self, *args)
+
+    monkeypatch.setattr(ahead, "SLOW", -1.0)  # every reader judges its disk slow
+    monkeypatch.setattr(pool, "SAMPLE", 2)
+    monkeypatch.setattr(ahead.ReadAhead, "__init__", start)
+    assert build(varied) == expected  # FIFO, link, huge file: nothing blocks, nothing changes
+    assert started == [os.getpid()]  # and in each worker, whose list is its own
+
+
+def test_a_warm_disk_starts_no_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    watch = ahead.Watch()
+    assert not watch.slow()  # no time has passed
+    monkeypatch.setattr(ahead, "SLOW", -1.0)
+    assert watch.slow()
+
+
+def test_read_ahead_touches_every_later_file_once_then_stops(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = [f"run-{i:03d}" for i in range(50)]
+    touched: list[str] = []
+    monkeypatch.setattr(ahead, "warm", lambda root, run_dir: touched.append(run_dir))
+    reader = ahead.ReadAhead(str(layout.root), str(layout.runs), names, 10)
+    reader.close()
+    assert sorted(touched) == [f"{layout.runs}/{n}" for n in names[10:]]
+
+
+def test_warming_follows_no_link_and_opens_no_fifo(varied: Layout) -> None:
+    for run_dir in sorted(varied.runs.iterdir()):
+        ahead.warm(str(varied.root), str(run_dir))  # returns: a FIFO would block here
+    outside = varied.root.parent / "outside"
+    outside.mkdir()
+    os.mkfifo(outside / "fifo")
+    run_dir = varied.runs / "20261122-000000-000-points-out-0001"
+    run_dir.mkdir()
+    (run_dir / "job.json").write_text(json.dumps({"processed_path": str(outside / "fifo")}))
+    ahead.warm(str(varied.root), str(run_dir))  # an lstat of what it names, never an open
