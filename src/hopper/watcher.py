@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 QUEUE_SWEEP_INTERVAL = 1.0  # seconds between full passes over the queued jobs
 SWEEP_BUDGET = 0.1  # seconds of a pass per turn at most: a large queue is swept over turns
+SWEEP_REST = 3.0  # after a slice of a pass, this many times its cost without sweeping
 WINDOW_MIN = 64  # queued jobs below this count are always scheduled in full
 CLAIM_BATCH = 256  # prompts claimed per turn at most; the rest wait for the next turn
 CLAIM_BUDGET = 0.2  # seconds of claiming per turn at most: starts and exits wait no longer
@@ -131,6 +132,7 @@ class Watcher:
         self._next_reconcile = 0.0
         self._next_queue_sweep = 0.0
         self._sweep: list[str] = []  # queued ids this pass has still to look at, last first
+        self._next_slice = 0.0
         self._next_notify = 0.0
         self.notifier = Notifier()
         self._stop_deadline: float | None = None
@@ -510,10 +512,13 @@ class Watcher:
         A pass looks at every queued job (and then the dependency verdicts are
         taken over the whole queue): once a second, not on every turn (a
         backlog of 100,000 would make each start O(n)). A pass spends at most
-        SWEEP_BUDGET per turn, so over a large queue it is spread over turns
-        and claims and starts go on between its slices.
+        SWEEP_BUDGET per turn and then rests SWEEP_REST times as long, so over
+        a large queue it is spread over turns, takes at most a quarter of the
+        loop's time, and claims and starts go on between its slices.
         """
         mono = self.clock.monotonic()
+        if mono < self._next_slice:
+            return False
         if not self._sweep:
             if mono < self._next_queue_sweep:
                 return False
@@ -542,6 +547,8 @@ class Watcher:
                     job_id, run_dir
                 ),
             )
+        end = self.clock.monotonic()
+        self._next_slice = end + SWEEP_REST * (end - mono)
         return not self._sweep
 
     def _reject(self, job_id: str, record: JobRecord, reason: Reason, detail: str) -> None:
