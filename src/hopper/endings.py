@@ -10,8 +10,9 @@ removed after a success or reported kept, and the completion hooks.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from hopper.agents.base import Agent
@@ -21,7 +22,7 @@ from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core import lifecycle
 from hopper.core.agent_outcome import final_reason
-from hopper.core.lifecycle import Exited, RetryScheduled
+from hopper.core.lifecycle import Exited, ExitFigures, RetryScheduled
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.retry import backoff, should_retry
 from hopper.core.states import JobState, Reason
@@ -30,6 +31,7 @@ from hopper.executors.slurm import EXIT_STATUS_FILE as SLURM_EXIT_FILE
 from hopper.hooks import HookRunner, HookSet, calls_for
 from hopper.intake import Intake
 from hopper.store import ledger
+from hopper.store.finalize import ending, file_terminals
 from hopper.store.jobfile import EXIT_FILE, LOG_FILE, read_resources
 from hopper.workspace import remove_worktree
 
@@ -111,25 +113,101 @@ class Endings:
     ) -> JobRecord:
         """Retry the job if its policy says so, else file it terminal."""
         now = self.clock.now()
+        record = self._used(run_dir, record, status)
+        if self._retries(record, reason):
+            return self._retry(run_dir, record, reason, detail, status)
+        fields = self._figures(record, status, now)
+        return self.intake.file_terminal(run_dir, record, reason, detail, now, fields)
+
+    def file_many(self, ends: Sequence[Ended]) -> list[JobRecord | Exception]:
+        """The ends one poll reported, each as :meth:`file` would file it, except
+        that those filed terminal after an exit (the common case) share one
+        group commit (store/finalize.py's ``file_terminals``: every terminal
+        record durable before any prompt moves). Per end, in order: its record
+        after the end, or what stopped it (its job.json then as it was)."""
+        now = self.clock.now()
+        results: dict[int, JobRecord | Exception] = {}
+        batch: list[tuple[int, Path, JobRecord, Reason, str, dict[str, object]]] = []
+        for i, e in enumerate(ends):
+            try:
+                if e.how not in (How.EXITED, How.LOST):
+                    results[i] = self.file(e)
+                    continue
+                record, reason, detail = self._refined(e)
+                record = self._used(e.run_dir, record, e.status)
+                if self._retries(record, reason):
+                    results[i] = self._retry(e.run_dir, record, reason, detail, e.status)
+                else:
+                    fields = self._figures(record, e.status, now)
+                    batch.append((i, e.run_dir, record, reason, detail, fields))
+            except Exception as exc:  # this end's, reported by the caller
+                results[i] = exc
+        filed: list[JobRecord | Exception]
+        try:
+            filed = [*self._file_terminals([b[1:] for b in batch], now)]
+        except Exception as exc:  # a bug: every end of the batch waits for the next tick
+            filed = [exc] * len(batch)
+        for (i, *_), result in zip(batch, filed, strict=True):
+            results[i] = result
+        return [results[i] for i in range(len(ends))]
+
+    def _file_terminals(
+        self,
+        batch: Sequence[tuple[Path, JobRecord, Reason, str, dict[str, object]]],
+        now: datetime,
+    ) -> list[JobRecord | OSError]:
+        """:meth:`Intake.file_terminal` for several jobs at once: one group commit."""
+        layout = self.intake.layout
+        planned = []
+        for run_dir, record, reason, detail, fields in batch:
+            finished, duration = fields["finished_at"], fields["duration_seconds"]
+            code, sig = fields["exit_code"], fields["signal"]
+            assert isinstance(finished, datetime)
+            assert duration is None or isinstance(duration, float)
+            assert (code is None or isinstance(code, int)) and (sig is None or isinstance(sig, int))
+            fact = ending(
+                layout, record, reason, detail, finished, duration, ExitFigures(code, sig)
+            )
+            planned.append((run_dir, record, fact))
+        results = file_terminals(layout, planned, now)
+        for (_, record, reason, detail, _), result in zip(batch, results, strict=True):
+            if not isinstance(result, OSError):
+                log.log(
+                    logging.INFO if record.state is JobState.RUNNING else logging.WARNING,
+                    "job=%s state=%s->%s reason=%s detail=%s",
+                    record.id,
+                    record.state,
+                    result.state,
+                    reason,
+                    detail,
+                )
+        return results
+
+    def _used(self, run_dir: Path, record: JobRecord, status: ExitStatus | None) -> JobRecord:
+        """Final figures from exit.json; else (lost) the last live ones."""
         if record.state is JobState.RUNNING:
-            # Final figures from exit.json; else (lost) the last live ones.
             used = status.resources if status is not None else None
             used = used or read_resources(run_dir)
             if used is not None:
                 record = lifecycle.exited(record, Exited(resources=used)).record
-        if record.state is JobState.RUNNING and should_retry(
+        return record
+
+    @staticmethod
+    def _retries(record: JobRecord, reason: Reason) -> bool:
+        return record.state is JobState.RUNNING and should_retry(
             reason, record.attempt, record.retries
-        ):
-            return self._retry(run_dir, record, reason, detail, status)
+        )
+
+    @staticmethod
+    def _figures(record: JobRecord, status: ExitStatus | None, now: datetime) -> dict[str, object]:
         finished = status.finished_at if status is not None else now
         started = record.started_at
-        fields: dict[str, object] = {
+        return {
             "exit_code": status.exit_code if status else None,
             "signal": status.signal if status else None,
             "finished_at": finished,
             "duration_seconds": (finished - started).total_seconds() if started else None,
         }
-        return self.intake.file_terminal(run_dir, record, reason, detail, now, fields)
 
     def _retry(
         self,

@@ -16,7 +16,7 @@ import os
 import select
 import stat
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -250,8 +250,10 @@ class Runner:
                 continue  # never started here; recovery reports it
             polled = executor.poll(jobs, tick)
             failed.extend(polled.failed)
-            for end in polled.ended:
-                self._settle(end, failed)
+            if len(polled.ended) > 1:  # one group commit for this poll's terminal records
+                self.ended_many(polled.ended, failed)
+            elif polled.ended:
+                self._settle(polled.ended[0], failed)
             for job, reason in polled.stop:
                 if not job.stop_sent and job.record.id in self.running:
                     self.request_stop(job, reason)
@@ -353,6 +355,49 @@ class Runner:
         start that failed). Raises the OSError that stopped the filing (the
         caller keeps the job and tries again).
         """
+        begun = self._begin_end(end)
+        if begun is None:
+            return None  # its leases are the new owner's now
+        end, job = begun
+        try:
+            record = self.endings.file(end)
+        except OSError:
+            if job is not None:
+                self.running[end.job_id] = job
+            raise
+        return self._end_filed(end, job, record, leased)
+
+    def ended_many(self, ends: Sequence[Ended], failed: list[Running]) -> None:
+        """The ends one poll reported, handled as :meth:`ended` handles each, their
+        terminal records filed with one group commit. A job whose filing failed
+        is kept (in ``failed`` and the running set) and tried again next tick."""
+        begun = [b for end in ends if (b := self._begin_end(end)) is not None]
+        results = self.endings.file_many([end for end, _ in begun])
+        for (end, job), result in zip(begun, results, strict=True):
+            key = f"end:{end.job_id}"
+            if isinstance(result, Exception):
+                self.guard.report(key, result, what=f"job={end.job_id} cannot be finished")
+                if job is not None:
+                    self.running.setdefault(end.job_id, job)
+                    failed.append(job)
+                continue
+            self.guard.clear(key)
+            self.guard.step(
+                f"end-after:{end.job_id}",
+                self._after_filing(end, job, result),
+                what=f"job={end.job_id} filed; its worktree or hooks failed",
+            )
+
+    def _after_filing(
+        self, end: Ended, job: Running | None, record: JobRecord
+    ) -> Callable[[], None]:
+        def after() -> None:
+            self._end_filed(end, job, record, False)
+
+        return after
+
+    def _begin_end(self, end: Ended) -> tuple[Ended, Running | None] | None:
+        """Out of the running set; None if another watcher has taken it over."""
         job = self.running.pop(end.job_id, None)
         for step in ("poll", "watch"):  # its failures are over: logged again if it comes back
             self.guard.forget(f"{step}:{end.job_id}")
@@ -368,13 +413,13 @@ class Runner:
                 end.job_id,
                 end.detail,
             )
-            return None  # its leases are the new owner's now
-        try:
-            record = self.endings.file(end)
-        except OSError:
-            if job is not None:
-                self.running[end.job_id] = job
-            raise
+            return None
+        return end, job
+
+    def _end_filed(
+        self, end: Ended, job: Running | None, record: JobRecord, leased: bool
+    ) -> JobRecord:
+        """After the filing: leases back, then a retry queued, or worktree and hooks."""
         if job is not None or leased:
             self.scale.release(end.record)
         if not is_terminal(record.state):
