@@ -366,7 +366,7 @@ def test_reading_ahead_changes_no_row(
         real(self, *args)
 
     monkeypatch.setattr(ahead, "SLOW", -1.0)  # every reader judges its disk slow
-    monkeypatch.setattr(pool, "SAMPLE", 2)
+    monkeypatch.setattr(ahead, "SAMPLE", 2)
     monkeypatch.setattr(ahead.ReadAhead, "__init__", start)
     assert build(varied) == expected  # FIFO, link, huge file: nothing blocks, nothing changes
     assert started == [os.getpid()]  # and in each worker, whose list is its own

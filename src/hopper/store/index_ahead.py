@@ -48,6 +48,34 @@ class Watch:
         return waited > SAMPLE * SLOW
 
 
+class Ahead:
+    """A reader's companion over ``names``, read in that order: call :meth:`step` before
+    each; after :data:`SAMPLE` of them, it starts a :class:`ReadAhead` if they waited on
+    the disk. Use ``with``: leaving stops the threads."""
+
+    def __init__(self, root: str, runs: str, names: list[str]) -> None:
+        self.root = root
+        self.runs = runs
+        self.names = names
+        self.done = 0
+        self.watch = Watch() if len(names) > 2 * SAMPLE else None
+        self.reader: ReadAhead | None = None
+
+    def step(self) -> None:
+        if self.watch is not None and self.done == SAMPLE:
+            if self.watch.slow():
+                self.reader = ReadAhead(self.root, self.runs, self.names, self.done)
+            self.watch = None
+        self.done += 1
+
+    def __enter__(self) -> Ahead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.reader is not None:
+            self.reader.close()
+
+
 class ReadAhead:
     """Threads reading ``names[start:]``'s files ahead of the reader; :meth:`close` them."""
 

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hopper.store.index_ahead import SAMPLE, ReadAhead, Watch
+from hopper.store.index_ahead import Ahead
 from hopper.store.index_row import RefreshResult, prepare, read_row
 
 MIN_SHARE = 2000  # files a worker must have to be worth a fork (~2 ms)
@@ -105,22 +105,14 @@ def _read(root: Path, runs: str, names: list[str], look: dict[str, int], bulk: b
     result = RefreshResult()
     rows: list[Row] = []
     pending: list[str] = []
-    watch = Watch() if bulk and len(names) > 2 * SAMPLE else None
-    ahead: ReadAhead | None = None
-    try:
-        for i, name in enumerate(names):
-            if watch is not None and i == SAMPLE:
-                if watch.slow():
-                    ahead = ReadAhead(str(root), runs, names, i)
-                watch = None
+    with Ahead(str(root), runs, names if bulk else []) as ahead:
+        for name in names:
+            ahead.step()
             row = read_row(root, runs, name, look[name], result, bulk=bulk)
             if row is not None:
                 rows.append(row)
             else:
                 pending.append(name)
-    finally:
-        if ahead is not None:
-            ahead.close()
     return rows, pending, result.corrupt
 
 
