@@ -8,7 +8,8 @@ workers (up to the cores this process may run on, at most :data:`MAX_WORKERS`);
 each reads one contiguous slice of the sorted names and sends its rows back
 through a pipe in one ``marshal`` blob (rows hold only strings, numbers and
 None), while the parent reads the first slice itself. Then the parent alone
-writes the index, in id order.
+writes the index, in id order. Each reader reads ahead with threads when its
+reads are seen to wait on the disk (``store/index_ahead.py``).
 
 Nothing here is trusted more than in one process: each worker reads through
 ``index_row.read_row`` (saferead's rules; a bad file is reported, never fatal).

@@ -4,8 +4,9 @@ A job.json in the shape hopper writes is read with the standard library
 (``core/jobview.py``); anything else is validated with the model, exactly as
 before, and a record the model refuses is reported, not indexed. A cold
 build (``bulk``: thousands of files) validates every file with the model: its
-parser and checks in C cost less per file than ``json.loads`` alone, and the
-row is taken from the record's attributes, with nothing else built.
+parser and checks in C cost about what ``json.loads`` alone does, and the row
+is taken from the record's attributes, with nothing else built. A final row
+keeps no text: :func:`final_text` reads it when ``--json`` asks.
 
 *Final* means nothing will write this job.json again, so the index may keep
 the row without looking at the file: the job is terminal and finalized
