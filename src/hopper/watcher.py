@@ -364,7 +364,11 @@ class Watcher:
             log.info("recovered: %s", ", ".join(f"{k}={v}" for k, v in acted.items()))
 
     def idle(self) -> bool:
-        held = not self.runner.running and set(self.queued) <= self._paused  # PAUSE: drained
+        held = (  # PAUSE: drained (lengths first: no set of a long queue on every turn)
+            not self.runner.running
+            and len(self.queued) <= len(self._paused)
+            and set(self.queued) <= self._paused
+        )
         return (
             (not self.queued or held)
             and not self.runner.requeued
