@@ -12,6 +12,7 @@ restart, a reject, an abort while queued, or another watcher's takeover.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import select
 import stat
@@ -79,6 +80,8 @@ class Runner:
     requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler
     io_errors: int = 0  # failed writes since start (disk full …), for status reports
     _next_sweep: float = 0.0
+    _next_watch: float = 0.0  # the earliest heartbeat due among the running jobs
+    _watched: int = 0  # how many jobs ran when they were last watched
 
     def open(self) -> None:
         for name, executor in self.executors.items():
@@ -257,6 +260,23 @@ class Runner:
             for job, reason in polled.stop:
                 if not job.stop_sent and job.record.id in self.running:
                     self.request_stop(job, reason)
+        if sweep or mono >= self._next_watch or len(self.running) != self._watched:
+            self._watch_all(tick, failed)
+        for job in failed:
+            if _not_a_directory(job.run_dir):
+                self._vanished(job)  # deleted (or swapped for a link) under it: filed lost once
+            else:
+                # ENOSPC, EIO, a bad file in its run directory …: keep the job and try
+                # again next tick (logged once); the supervisor's exit.json is durable.
+                self.io_errors += 1
+
+    def _watch_all(self, tick: Tick, failed: list[Running]) -> None:
+        """ABORT (on a sweep) and heartbeats (when due) of every running job.
+
+        Only on a sweep, when a heartbeat is due, or when the running set
+        changed: a turn woken for anything else (a claim, a start reporting)
+        does no per-job work, however many jobs run.
+        """
         skip = {j.record.id for j in failed}
         for job_id, job in list(self.running.items()):
             if job_id in skip:
@@ -267,13 +287,8 @@ class Runner:
                 what=f"job={job_id} cannot be watched",
             ):
                 failed.append(job)
-        for job in failed:
-            if _not_a_directory(job.run_dir):
-                self._vanished(job)  # deleted (or swapped for a link) under it: filed lost once
-            else:
-                # ENOSPC, EIO, a bad file in its run directory …: keep the job and try
-                # again next tick (logged once); the supervisor's exit.json is durable.
-                self.io_errors += 1
+        self._next_watch = min((j.next_heartbeat for j in self.running.values()), default=math.inf)
+        self._watched = len(self.running)
 
     def _settle(self, end: Ended, failed: list[Running]) -> None:
         """Handle one end a poll reported; if that fails, keep the job for the next tick."""

@@ -158,6 +158,7 @@ def test_an_unexpected_error_in_one_job_is_logged_once_and_the_loop_goes_on(
     monkeypatch.setattr(LocalExecutor, "_poll_one", poll_one)
     caplog.set_level(logging.ERROR)
     for _ in range(3):
+        watcher.runner.child_exited = True  # a SIGCHLD: the local executor looks at its jobs
         watcher.turn()  # never raises
     assert polled.count("good") == 3 and polled.count("bad") == 3
     assert set(watcher.runner.running) == {bad.record.id, good.record.id}

@@ -192,6 +192,8 @@ class LocalExecutor:
     # -- monitor --------------------------------------------------------------------
     def poll(self, jobs: Sequence[Running], tick: Tick) -> Polled:
         polled = Polled()
+        if not (tick.children or tick.sweep):
+            return polled  # no supervisor of ours exited and no sweep is due: nothing to look at
         for job in jobs:
             found: list[Ended] = []
             if self.ctx.guard.step(

@@ -1,0 +1,47 @@
+"""A turn with nothing due does no per-job work, however many jobs run (issue 16).
+
+ABORT markers are looked at on a sweep, heartbeats when due; a turn woken for
+anything else (a claim, a start reporting, an inotify hint) leaves the
+running jobs alone. In-process, fake executor and clock.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from hopper.executors.protocol import Tick
+from hopper.running import Running
+from hopper.store.layout import Layout
+from inprocess import in_process, submit, turns
+
+
+def test_a_turn_with_nothing_due_does_not_watch_the_running_jobs(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    watcher, fake, clock = in_process(layout, max_parallel=3)
+    for i in range(3):
+        submit(layout, clock, f"job{i}", '+++\nagent = "bash"\n+++\nsleep 1\n')
+    turns(watcher, clock, lambda: len(fake.started) == 3)
+    watched: list[str] = []
+
+    def watch(job: Running, tick: Tick) -> None:
+        watched.append(job.record.id)
+
+    monkeypatch.setattr(watcher.runner, "_watch", watch)
+    for _ in range(5):
+        watcher.turn()  # the clock stands still: no sweep, no heartbeat due
+    assert watched == []
+    clock.advance(1.0)  # past a sweep: every running job is looked at once
+    watcher.turn()
+    assert sorted(watched) == sorted(fake.started)
+
+
+def test_a_heartbeat_falls_due_between_sweeps_and_is_written(layout: Layout) -> None:
+    watcher, fake, clock = in_process(layout, max_parallel=1, heartbeat_interval="0.2s")
+    submit(layout, clock, "job", '+++\nagent = "bash"\n+++\nsleep 1\n')
+    turns(watcher, clock, lambda: len(fake.started) == 1)
+    (job,) = watcher.runner.running.values()
+    before = job.record.heartbeat_at
+    clock.advance(0.3)  # a heartbeat is due, a sweep (0.5 s) is not
+    watcher.turn()
+    assert job.record.heartbeat_at is not None and job.record.heartbeat_at != before
