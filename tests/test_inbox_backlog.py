@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from watchdog.events import FileMovedEvent
 
-from hopper import watcher as watcher_module
+from hopper import claims as claims_module
 from hopper.intake import Intake
 from hopper.store.inbox_backlog import Backlog
 from hopper.store.jobfile import read_record
@@ -125,7 +125,7 @@ def run_urgent(watcher: Watcher, fake: FakeExecutor, clock: FakeClock) -> str:
 def test_a_prompt_dropped_during_a_flood_is_claimed_in_the_next_batch_and_starts_first(
     layout: Layout, monkeypatch: pytest.MonkeyPatch, claimed: list[str]
 ) -> None:
-    monkeypatch.setattr(watcher_module, "CLAIM_BATCH", BATCH)
+    monkeypatch.setattr(claims_module, "CLAIM_BATCH", BATCH)
     watcher, fake, clock = in_process(layout, max_parallel=1)
     flood(layout, clock)
     watcher.turn()  # the start-up rescan finds the flood; one batch claimed
@@ -141,7 +141,7 @@ def test_a_prompt_dropped_during_a_flood_is_claimed_in_the_next_batch_and_starts
 def test_a_prompt_dropped_after_an_inotify_flood_is_claimed_in_the_next_batch(
     layout: Layout, monkeypatch: pytest.MonkeyPatch, claimed: list[str]
 ) -> None:
-    monkeypatch.setattr(watcher_module, "CLAIM_BATCH", BATCH)
+    monkeypatch.setattr(claims_module, "CLAIM_BATCH", BATCH)
     watcher, _fake, clock = in_process(layout, max_parallel=1)
     watcher.turn()  # the start-up rescan: an empty inbox
     for start in range(0, FLOOD, FLOOD // 4):  # the flood arrives by hints over four turns
@@ -167,7 +167,7 @@ def test_claims_stop_at_the_time_budget_and_go_on_next_turn(
     real_take = Intake.take
 
     def slow_take(self: Intake, path: Path) -> object:
-        clock.advance(watcher_module.CLAIM_BUDGET / 4.5)
+        clock.advance(claims_module.CLAIM_BUDGET / 4.5)
         return real_take(self, path)
 
     monkeypatch.setattr(Intake, "take", slow_take)

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from hopper import watcher as watcher_module
+from hopper import claims as claims_module
+from hopper import starting as starting_module
 from hopper.core.states import JobState
+from hopper.starting import Starts
 from hopper.store.jobfile import ABORT_FILE, read_record
 from hopper.store.layout import Layout
-from hopper.watcher import Watcher
 from inprocess import in_process, submit
 
 QUEUE = 40
@@ -27,7 +28,7 @@ SLICE = 8  # the budget is looked at every SLICE jobs (CLAIM_BATCH, patched)
 def test_a_pass_over_a_large_queue_is_spread_over_turns_and_still_sees_abort(
     layout: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(watcher_module, "CLAIM_BATCH", SLICE)
+    monkeypatch.setattr(claims_module, "CLAIM_BATCH", SLICE)
     watcher, fake, clock = in_process(layout, max_parallel=1)
     for i in range(QUEUE):
         submit(layout, clock, f"q{i:03d}", '+++\nagent = "bash"\n+++\ntrue\n')
@@ -37,15 +38,15 @@ def test_a_pass_over_a_large_queue_is_spread_over_turns_and_still_sees_abort(
     (layout.run_dir(last) / ABORT_FILE).touch()
 
     looked: list[str] = []
-    real_apply = Watcher._apply_priority
+    real_apply = Starts._apply_priority
 
-    def slow_apply(self: Watcher, job_id: str, run_dir: Path) -> None:
+    def slow_apply(self: Starts, job_id: str, run_dir: Path) -> None:
         looked.append(job_id)
-        clock.advance(watcher_module.SWEEP_BUDGET / 10)
+        clock.advance(starting_module.SWEEP_BUDGET / 10)
         real_apply(self, job_id, run_dir)
 
-    monkeypatch.setattr(Watcher, "_apply_priority", slow_apply)
-    clock.advance(watcher_module.QUEUE_SWEEP_INTERVAL)  # a pass is due
+    monkeypatch.setattr(Starts, "_apply_priority", slow_apply)
+    clock.advance(starting_module.QUEUE_SWEEP_INTERVAL)  # a pass is due
     per_turn = []
     for _ in range(4):
         before = len(looked)
@@ -55,7 +56,7 @@ def test_a_pass_over_a_large_queue_is_spread_over_turns_and_still_sees_abort(
         assert len(looked) == before + per_turn[-1]
         if last not in watcher.queued:
             break
-        clock.advance(watcher_module.QUEUE_SWEEP_INTERVAL)
+        clock.advance(starting_module.QUEUE_SWEEP_INTERVAL)
     queued_then = QUEUE - 1  # one job runs
     assert sum(per_turn) == queued_then - 1  # every queued job but the aborted one
     assert max(per_turn) < queued_then / 2, per_turn  # no turn did the whole pass

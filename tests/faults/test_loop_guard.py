@@ -185,7 +185,7 @@ def test_an_unexpected_error_claiming_one_prompt_is_logged_once(
         os.utime(path, (old, old))  # settled
     caplog.set_level(logging.ERROR)
     for _ in range(3):
-        watcher._next_rescan = 0.0  # a full rescan every turn
+        watcher.claims.next_rescan = 0.0  # a full rescan every turn
         watcher.turn()
     assert [r.name for r in records(layout)] == ["fine"]
     lines = [r.getMessage() for r in caplog.records if str(broken) in r.getMessage()]

@@ -1,0 +1,230 @@
+"""Starts: the queued jobs, their markers, and which of them start now.
+
+Each turn the watcher asks :meth:`Starts.start_queued`: retries come back
+into the queue, ABORT and PRIORITY markers of queued jobs are swept (over
+turns when the queue is large), core/schedule.py decides what starts and
+what fails, and this carries the decision out through the runner. A job
+another watcher took over while we were silent is dropped, never started.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from hopper import claims
+from hopper.clock import Clock
+from hopper.config import Config
+from hopper.core import lifecycle
+from hopper.core.lifecycle import PriorityChange
+from hopper.core.queued import QueuedJobs
+from hopper.core.record import JobRecord
+from hopper.core.schedule import KnownJob, SlotLimits, schedule
+from hopper.core.states import Reason
+from hopper.loopguard import LoopGuard
+from hopper.runner import Runner
+from hopper.scaleout import ScaleOut
+from hopper.store import ledger
+from hopper.store.jobfile import ABORT_FILE
+from hopper.store.known import KnownJobs
+from hopper.store.layout import Layout
+from hopper.store.markers import read_pause, take_priority_request
+from hopper.store.takeover import taken_by
+
+log = logging.getLogger(__name__)
+
+QUEUE_SWEEP_INTERVAL = 1.0  # seconds between full passes over the queued jobs
+SWEEP_BUDGET = 0.1  # seconds of a pass per turn at most: a large queue is swept over turns
+SWEEP_REST = 3.0  # after a slice of a pass, this many times its cost without sweeping
+WINDOW_MIN = 64  # queued jobs below this count are always scheduled in full
+
+
+class Starts:
+    """The queue this watcher holds and the starts it makes from it."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        config: Config,
+        clock: Clock,
+        guard: LoopGuard,
+        runner: Runner,
+        scale: ScaleOut,
+        limits: SlotLimits,
+        queued: QueuedJobs,
+        *,
+        owner: str,
+        keepalive: Callable[[], None],
+    ) -> None:
+        self.layout = layout
+        self.config = config
+        self.clock = clock
+        self.guard = guard
+        self.runner = runner
+        self.scale = scale
+        self.limits = limits
+        self.queued = queued  # by id, with the start order kept (core/queued.py)
+        self.owner = owner  # this watcher's owner string
+        self.keepalive = keepalive
+        self.known = KnownJobs(layout)
+        self.paused: frozenset[str] = frozenset()  # queued ids held only by PAUSE
+        self._next_queue_sweep = 0.0
+        self._sweep: list[str] = []  # queued ids this pass has still to look at, last first
+        self._next_slice = 0.0
+
+    def mine(self, job_id: str, record: JobRecord) -> bool:
+        """Is this queued job still ours? Drops it (logged) if another watcher took it."""
+        holder = taken_by(self.layout.run_dir(job_id), record.owner, self.owner)
+        if holder is None:
+            return True
+        self.queued.pop(job_id, None)
+        log.warning(
+            "job=%s was taken over by %s while this watcher was silent; leaving it to them",
+            job_id,
+            holder,
+        )
+        return False
+
+    def start_queued(self) -> None:
+        """Abort, reprioritise, then ask core/schedule.py what starts and what fails."""
+        for retry in self.runner.requeued:
+            self.queued[retry.id] = retry
+        self.runner.requeued.clear()
+        full = self._sweep_markers()
+        if not self.queued:
+            self.paused = frozenset()
+            return
+        if not full and self.runner.busy >= self.config.max_parallel:
+            return  # no slot to fill; failures wait for the next sweep
+        window = self.queued_window(full)
+        mine = self.runner.active()
+        decision = schedule(
+            queued=window,
+            running=mine,
+            limits=self.limits,
+            pause=read_pause(
+                self.layout,
+                (r.group for r in window),
+                (r.session for r in window),  # on_error = pause
+            ),
+            known=self._known_jobs(),
+            now=self.clock.now(),
+            dependency_timeout=self.config.dependency_timeout,
+            elsewhere=self.scale.elsewhere(window, mine),  # slots other watchers hold
+        )
+        self.paused = decision.paused
+        for failure in decision.fail:
+            record = self.queued.get(failure.job_id)
+            if record is None or not self.mine(failure.job_id, record):
+                continue
+            del self.queued[failure.job_id]
+            self.guard.step(
+                f"reject:{failure.job_id}",
+                lambda f=failure, r=record: self._reject(f.job_id, r, f.reason, f.detail),  # type: ignore[misc]
+            )
+        for n, job_id in enumerate(decision.start):
+            if n % 16 == 15:
+                self.keepalive()
+            record = self.queued.get(job_id)
+            if record is None or not self.mine(job_id, record):
+                continue  # taken over while we were stopped: never start it twice
+            del self.queued[job_id]
+            if not self.runner.start(record):
+                self.queued[job_id] = record  # another watcher took the slot first
+
+    def _sweep_markers(self) -> bool:
+        """ABORT and PRIORITY markers of queued jobs; True when a pass has just ended.
+
+        A pass looks at every queued job (and then the dependency verdicts are
+        taken over the whole queue): once a second, not on every turn (a
+        backlog of 100,000 would make each start O(n)). A pass spends at most
+        SWEEP_BUDGET per turn and then rests SWEEP_REST times as long, so over
+        a large queue it is spread over turns, takes at most a quarter of the
+        loop's time, and claims and starts go on between its slices.
+        """
+        mono = self.clock.monotonic()
+        if mono < self._next_slice:
+            return False
+        if not self._sweep:
+            if mono < self._next_queue_sweep:
+                return False
+            self._next_queue_sweep = mono + QUEUE_SWEEP_INTERVAL
+            self._sweep = sorted(self.queued, reverse=True)  # taken from the end: claim order
+        deadline = mono + SWEEP_BUDGET
+        n = 0
+        while self._sweep:
+            n += 1
+            if n % claims.CLAIM_BATCH == 0:
+                self.keepalive()
+                if self.clock.monotonic() >= deadline:
+                    break
+            job_id = self._sweep.pop()
+            queued = self.queued.get(job_id)  # started, ended, or a keepalive dropped it
+            if queued is None:
+                continue
+            run_dir = self.layout.run_dir(job_id)
+            if (run_dir / ABORT_FILE).exists():
+                if self.mine(job_id, queued):
+                    self.runner.abort_queued(self.queued.pop(job_id))
+                continue
+            self.guard.step(
+                f"priority:{job_id}",
+                lambda job_id=job_id, run_dir=run_dir: self._apply_priority(  # type: ignore[misc]
+                    job_id, run_dir
+                ),
+            )
+        end = self.clock.monotonic()
+        self._next_slice = end + SWEEP_REST * (end - mono)
+        return not self._sweep
+
+    def _reject(self, job_id: str, record: JobRecord, reason: Reason, detail: str) -> None:
+        self.runner.reject(record, reason, detail)
+
+    def queued_window(self, full: bool) -> list[JobRecord]:
+        """The queued jobs the scheduler needs to see this turn.
+
+        A full sweep sees all of them. Otherwise: every job with a session or
+        dependencies (their order and verdicts depend on the rest), plus the
+        first few other jobs in start order — enough to fill every slot several
+        times over — taken from the order core/queued.py keeps, so a start costs
+        O(log n), not a pass over the queue.
+        A job the window leaves out (its group paused or at its limit) is seen
+        at the end of the next pass of the sweep, within QUEUE_SWEEP_INTERVAL
+        while the queue is small enough to sweep in one turn.
+        """
+        if full or len(self.queued) <= WINDOW_MIN:
+            return list(self.queued.values())
+        size = max(WINDOW_MIN, 4 * self.config.max_parallel)
+        return self.queued.special() + self.queued.first(size)
+
+    def _apply_priority(self, job_id: str, run_dir: Path) -> None:
+        """``hopper priority`` left a request: the owner writes it into job.json."""
+        request = take_priority_request(run_dir)
+        if request is None:
+            return
+        record = self.queued[job_id]
+        now = self.clock.now()
+        if isinstance(request, str):
+            ledger.note(run_dir, "priority_rejected", now, detail=request)
+            log.warning("job=%s priority request ignored: %s", job_id, request)
+            return
+        updated = ledger.commit(
+            run_dir, lifecycle.priority_changed(record, PriorityChange(now, request))
+        )
+        self.queued[job_id] = updated
+        log.info("job=%s priority=%d->%d", job_id, record.priority, request)
+
+    def _known_jobs(self) -> list[KnownJob]:
+        """(id, name, state) of every job, only when some queued job has ``after``."""
+        if not any(r.after for r in self.queued.values()):
+            return []
+        mine = {
+            **{i: KnownJob(i, r.name, r.state) for i, r in self.queued.items()},
+            **{
+                i: KnownJob(i, j.record.name, j.record.state)
+                for i, j in self.runner.running.items()
+            },
+        }
+        others = [k for k in self.known.refresh(skip=mine) if k.id not in mine]
+        return [*mine.values(), *others]
