@@ -29,7 +29,7 @@ def test_a_job_the_executor_reports_ended_is_finalized_once_and_its_lease_releas
     job_id = started_job(layout, watcher, fake, clock)
     assert leases(layout), "a running job holds its slot"
     fake.exits[job_id] = exit_status(clock, 0)
-    turns(watcher, clock, lambda: not watcher.runner.running)
+    turns(watcher, clock, lambda: not watcher.runner.running_count())
     for _ in range(3):
         clock.advance(5.0)
         watcher.turn()  # nothing more happens to it
@@ -52,7 +52,7 @@ def test_abort_cancels_through_the_executor_once_and_the_job_ends_aborted(layout
     assert fake.cancelled == [(job_id, Reason.ABORTED)]
     assert read_record(layout.run_dir(job_id)).stop_requested is Reason.ABORTED
     fake.exits[job_id] = exit_status(clock, None, 15)
-    turns(watcher, clock, lambda: not watcher.runner.running)
+    turns(watcher, clock, lambda: not watcher.runner.running_count())
     record = read_record(layout.run_dir(job_id))
     assert (record.state, record.reason) == (JobState.ABORTED, Reason.ABORTED)
     assert names(layout, job_id).count("abort_requested") == 1
@@ -83,12 +83,12 @@ def test_a_job_another_watcher_took_over_is_dropped_not_finished(layout: Layout)
     assert record.owner is not None
     _, chain = effective_owner(run_dir, record.owner)
     assert try_take(run_dir, chain, "other-host:1:1.0")
-    running = watcher.runner.running[job_id]
+    (running,) = [j for j in watcher.runner.running_jobs() if j.record.id == job_id]
     running.next_heartbeat = 0.0  # a heartbeat is due: checked before writing
     fake.exits[job_id] = exit_status(clock, 0)  # too late: not ours to finish
     clock.advance(1.0)
     watcher.turn()
-    assert job_id not in watcher.runner.running
+    assert job_id not in watcher.runner.running_ids()
     assert fake.forgotten == [job_id]
     assert read_record(run_dir).state is JobState.RUNNING  # the new owner finishes it
     assert "finalized" not in names(layout, job_id)

@@ -56,7 +56,7 @@ def test_the_ends_of_one_poll_share_one_commit_then_each_is_finalized(
         assert (record.state, record.reason) == (JobState.SUCCEEDED, Reason.COMPLETED)
         assert record.processed_path and (layout.root / record.processed_path).exists()
         assert names(layout, job_id).count("finalized") == 1
-    assert watcher.runner.running == {}
+    assert watcher.runner.running_count() == 0
 
 
 def test_an_end_that_cannot_be_filed_is_kept_and_does_not_hold_back_the_others(
@@ -80,11 +80,11 @@ def test_an_end_that_cannot_be_filed_is_kept_and_does_not_hold_back_the_others(
         fake.exits[job_id] = exit_status(clock, 0)
     watcher.turn()
     assert refused == [victim]
-    assert set(watcher.runner.running) == {victim}  # kept, tried again
+    assert set(watcher.runner.running_ids()) == {victim}  # kept, tried again
     assert read_record(layout.run_dir(victim)).state is JobState.RUNNING
     for job_id in (jobs[0], jobs[2]):
         assert read_record(layout.run_dir(job_id)).state is JobState.SUCCEEDED
     fake.exits[victim] = exit_status(clock, 0)  # reported again at the next look
-    turns(watcher, clock, lambda: not watcher.runner.running)
+    turns(watcher, clock, lambda: not watcher.runner.running_count())
     assert read_record(layout.run_dir(victim)).state is JobState.SUCCEEDED
     assert names(layout, victim).count("finalized") == 1

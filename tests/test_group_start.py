@@ -106,7 +106,7 @@ def test_a_start_returns_at_once_and_holds_its_slot_until_it_reports(layout: Lay
     drop_jobs(layout, clock, 3)
     watcher.turn()
     assert len(fake.pending) == 2  # two slots, two starts begun, none waited for
-    assert watcher.runner.running == {} and watcher.runner.busy == 2
+    assert watcher.runner.running_count() == 0 and watcher.runner.busy == 2
     assert len(watcher.queued) == 1  # the third waits: the starting jobs hold the slots
     for job_id in fake.pending:
         assert read_record(layout.run_dir(job_id)).state is JobState.QUEUED
@@ -125,8 +125,8 @@ def test_starts_that_reported_are_committed_in_one_batch_then_released(
     watcher.turn()
     assert batches == [["running"] * 3]  # one group commit for the turn's starts
     assert sorted(fake.released) == sorted((j, JobState.RUNNING) for j in fake.pending)
-    assert set(watcher.runner.running) == set(fake.pending)
-    assert watcher.runner.starting == {}
+    assert set(watcher.runner.running_ids()) == set(fake.pending)
+    assert watcher.runner.waiting_on() == []
 
 
 def test_a_start_whose_record_cannot_be_committed_is_never_released(

@@ -40,7 +40,7 @@ def test_a_heartbeat_falls_due_between_sweeps_and_is_written(layout: Layout) -> 
     watcher, fake, clock = in_process(layout, max_parallel=1, heartbeat_interval="0.2s")
     submit(layout, clock, "job", '+++\nagent = "bash"\n+++\nsleep 1\n')
     turns(watcher, clock, lambda: len(fake.started) == 1)
-    (job,) = watcher.runner.running.values()
+    (job,) = watcher.runner.running_jobs()
     before = job.record.heartbeat_at
     clock.advance(0.3)  # a heartbeat is due, a sweep (0.5 s) is not
     watcher.turn()

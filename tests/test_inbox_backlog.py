@@ -113,7 +113,7 @@ def claimed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def run_urgent(watcher: Watcher, fake: FakeExecutor, clock: FakeClock) -> str:
     """Turn, ending each running job, until the urgent job starts; its id."""
     for _ in range(FLOOD):
-        for job_id in list(watcher.runner.running):
+        for job_id in list(watcher.runner.running_ids()):
             fake.exits[job_id] = exit_status(clock)
         watcher.turn()
         names = {read_record(watcher.layout.run_dir(i)).name: i for i in fake.started}

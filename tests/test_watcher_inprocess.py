@@ -57,7 +57,7 @@ def end(watcher: Watcher, fake: FakeExecutor, clock: FakeClock, job_id: str, cod
     fake.exits[job_id] = exit_status(clock, code)
     clock.advance(1.0)
     watcher.turn()
-    assert job_id not in watcher.runner.running
+    assert job_id not in watcher.runner.running_ids()
 
 
 # -- admission --------------------------------------------------------------------------
@@ -276,7 +276,7 @@ def test_a_timeout_cancels_through_the_executor_once_and_the_job_ends_timed_out(
     assert read_record(layout.run_dir(job_id)).stop_requested is Reason.TIMEOUT
     assert names(layout, job_id).count("stop_requested") == 1
     fake.exits[job_id] = exit_status(clock, None, 15)
-    turns(watcher, clock, lambda: not watcher.runner.running)
+    turns(watcher, clock, lambda: not watcher.runner.running_count())
     record = read_record(layout.run_dir(job_id))
     assert (record.state, record.reason) == (JobState.FAILED, Reason.TIMEOUT)
     assert record.signal == 15
@@ -366,10 +366,10 @@ def test_a_restarted_watcher_adopts_a_running_job_through_its_executor(layout: L
     second, fake2, _ = in_process(layout, clock)
     second.turn()
     assert fake2.adopted == [job_id] and fake2.asked == []
-    assert job_id in second.runner.running
+    assert job_id in second.runner.running_ids()
     assert names(layout, job_id).count("adopted") == 1
     fake2.exits[job_id] = exit_status(clock, 0)
-    turns(second, clock, lambda: not second.runner.running)
+    turns(second, clock, lambda: not second.runner.running_count())
     record = read_record(layout.run_dir(job_id))
     assert (record.state, record.reason) == (JobState.SUCCEEDED, Reason.COMPLETED)
     assert names(layout, job_id).count("finalized") == 1

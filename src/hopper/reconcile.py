@@ -201,7 +201,7 @@ def reconcile(
     for n, (name, mtime_ns) in enumerate(sorted(names)):  # oldest id first
         if keepalive is not None and n % KEEPALIVE_EVERY == KEEPALIVE_EVERY - 1:
             keepalive()
-        if name in runner.running or name in runner.starting or name in queued:
+        if runner.is_tracking(name) or name in queued:
             continue
         run_dir = runs / name
         settled: list[bool] = []

@@ -17,7 +17,7 @@ import os
 import select
 import stat
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -74,11 +74,11 @@ class Runner:
     scale: ScaleOut  # the leases a running job holds
     endings: Endings
     guard: LoopGuard  # one bad job never stops the loop
-    running: dict[str, Running] = field(default_factory=dict)
-    starting: dict[str, Starting] = field(default_factory=dict)  # begun, not yet released
-    child_exited: bool = True  # set by the watcher's SIGCHLD handler
-    requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler
-    io_errors: int = 0  # failed writes since start (disk full …), for status reports
+    _running: dict[str, Running] = field(default_factory=dict)
+    _starting: dict[str, Starting] = field(default_factory=dict)  # begun, not yet released
+    _child_exited: bool = True  # set through note_child_exit (the SIGCHLD handler)
+    _requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler
+    _io_errors: int = 0  # failed writes since start (disk full …), for status reports
     _next_sweep: float = 0.0
     _next_watch: float = 0.0  # the earliest heartbeat due among the running jobs
     _watched: int = 0  # how many jobs ran when they were last watched
@@ -100,6 +100,40 @@ class Runner:
                 f"job {record.id}: no executor {record.executor!r} in this watcher "
                 f"(it has {', '.join(sorted(self.executors))})"
             ) from None
+
+    # -- what the loop asks ---------------------------------------------------------
+    def running_count(self) -> int:
+        """How many jobs run here (released to run; see :attr:`busy` for starts too)."""
+        return len(self._running)
+
+    def running_ids(self) -> Collection[str]:
+        """The ids of the jobs running here: a live view, read it at once."""
+        return self._running.keys()
+
+    def running_jobs(self) -> list[Running]:
+        """The jobs running here, a snapshot (safe to stop or end them while iterating)."""
+        return list(self._running.values())
+
+    def is_tracking(self, job_id: str) -> bool:
+        """Is this job running here or on its way to (recovery leaves it alone)?"""
+        return job_id in self._running or job_id in self._starting
+
+    def take_requeued(self) -> list[JobRecord]:
+        """The jobs handed back to the queue since the last call (retries, deferred starts)."""
+        taken, self._requeued = self._requeued, []
+        return taken
+
+    def has_requeued(self) -> bool:
+        return bool(self._requeued)
+
+    def note_child_exit(self) -> None:
+        """A child exited (SIGCHLD): the next poll looks at the local jobs. Signal-safe."""
+        self._child_exited = True
+
+    @property
+    def io_errors(self) -> int:
+        """Failed writes since start (disk full …), for status reports."""
+        return self._io_errors
 
     # -- start ------------------------------------------------------------------
     def start(self, record: JobRecord) -> bool:
@@ -134,13 +168,13 @@ class Runner:
             return
         result = self.executor_for(record).start(launch)
         if isinstance(result, Running):
-            self.running[record.id] = result
+            self._running[record.id] = result
         elif isinstance(result, Starting):
-            self.starting[record.id] = result  # finished by settle_starts
+            self._starting[record.id] = result  # finished by settle_starts
             self.scale.starting.add(record.id)  # its lease is in use, though it is queued
         elif isinstance(result, Deferred):
             self.scale.release(record)
-            self.requeued.append(result.record)
+            self._requeued.append(result.record)
         else:
             self.ended(result, leased=True)
 
@@ -160,12 +194,12 @@ class Runner:
     @property
     def busy(self) -> int:
         """Jobs holding a slot here: running, and started but not yet released."""
-        return len(self.running) + len(self.starting)
+        return len(self._running) + len(self._starting)
 
     def active(self) -> list[JobRecord]:
         """The records of every job holding a slot here (for the scheduler)."""
-        return [j.record for j in self.running.values()] + [
-            s.record for s in self.starting.values()
+        return [j.record for j in self._running.values()] + [
+            s.record for s in self._starting.values()
         ]
 
     def settle_starts(self, timeout: float = 0.0) -> None:
@@ -173,18 +207,18 @@ class Runner:
         passed): their ``running`` records are committed in one group commit
         (store/ledger.py: durable before anything acts on them), then each job
         is released. Waits up to ``timeout`` for the first report."""
-        if not self.starting:
+        if not self._starting:
             return
-        ready: list[Starting] = list(self.starting.values())
+        ready: list[Starting] = list(self._starting.values())
         try:
             ready = select.select(ready, [], [], timeout)[0]
         except (OSError, ValueError):
             pass  # a descriptor gone bad: collect them all, each fails on its own
         mono = time.monotonic()  # real time: the executor's deadline is for real processes
-        ready += [s for s in self.starting.values() if s.deadline <= mono and s not in ready]
+        ready += [s for s in self._starting.values() if s.deadline <= mono and s not in ready]
         entries: list[tuple[Starting, ledger.Entry]] = []
         for start in ready:
-            del self.starting[start.record.id]
+            del self._starting[start.record.id]
             report = self._report(start)
             if isinstance(report, Ended):
                 self.guard.step(f"reject:{start.record.id}", self._never_ran(report))
@@ -203,7 +237,7 @@ class Runner:
         for start, entry in entries:
             error = errors.get(id(entry))
             if error is None:
-                self.running[start.record.id] = start.release(entry.step.record)
+                self._running[start.record.id] = start.release(entry.step.record)
             else:
                 start.abandon()
                 self._start_failed(start.record, error)
@@ -225,12 +259,12 @@ class Runner:
 
     def finish_starts(self) -> None:
         """Settle every start on its way (before recovery looks at the runs, or at exit)."""
-        while self.starting:
+        while self._starting:
             self.settle_starts(timeout=0.05)
 
     def waiting_on(self) -> list[Starting]:
         """What the loop's sleep should wake for besides its own pipe."""
-        return list(self.starting.values())
+        return list(self._starting.values())
 
     # -- monitor ----------------------------------------------------------------
     def poll(self) -> None:
@@ -241,10 +275,10 @@ class Runner:
         sweep = mono >= self._next_sweep
         if sweep:
             self._next_sweep = mono + max(SWEEP_INTERVAL, self.config.poll_interval)
-        tick = Tick(mono, sweep, self.child_exited or sweep)
-        self.child_exited = False
+        tick = Tick(mono, sweep, self._child_exited or sweep)
+        self._child_exited = False
         groups: dict[str, list[Running]] = {}
-        for job in self.running.values():
+        for job in self._running.values():
             groups.setdefault(job.record.executor, []).append(job)
         failed: list[Running] = []
         for name, jobs in groups.items():
@@ -258,9 +292,9 @@ class Runner:
             elif polled.ended:
                 self._settle(polled.ended[0], failed)
             for job, reason in polled.stop:
-                if not job.stop_sent and job.record.id in self.running:
+                if not job.stop_sent and job.record.id in self._running:
                     self.request_stop(job, reason)
-        if sweep or mono >= self._next_watch or len(self.running) != self._watched:
+        if sweep or mono >= self._next_watch or len(self._running) != self._watched:
             self._watch_all(tick, failed)
         for job in failed:
             if _not_a_directory(job.run_dir):
@@ -268,7 +302,7 @@ class Runner:
             else:
                 # ENOSPC, EIO, a bad file in its run directory …: keep the job and try
                 # again next tick (logged once); the supervisor's exit.json is durable.
-                self.io_errors += 1
+                self._io_errors += 1
 
     def _watch_all(self, tick: Tick, failed: list[Running]) -> None:
         """ABORT (on a sweep) and heartbeats (when due) of every running job.
@@ -278,7 +312,7 @@ class Runner:
         does no per-job work, however many jobs run.
         """
         skip = {j.record.id for j in failed}
-        for job_id, job in list(self.running.items()):
+        for job_id, job in list(self._running.items()):
             if job_id in skip:
                 continue
             if not self.guard.step(
@@ -287,12 +321,12 @@ class Runner:
                 what=f"job={job_id} cannot be watched",
             ):
                 failed.append(job)
-        self._next_watch = min((j.next_heartbeat for j in self.running.values()), default=math.inf)
-        self._watched = len(self.running)
+        self._next_watch = min((j.next_heartbeat for j in self._running.values()), default=math.inf)
+        self._watched = len(self._running)
 
     def _settle(self, end: Ended, failed: list[Running]) -> None:
         """Handle one end a poll reported; if that fails, keep the job for the next tick."""
-        job = self.running.get(end.job_id)
+        job = self._running.get(end.job_id)
 
         def handle() -> None:
             self.ended(end)
@@ -302,7 +336,7 @@ class Runner:
         ):
             return
         if job is not None:
-            self.running.setdefault(end.job_id, job)  # tried again next tick
+            self._running.setdefault(end.job_id, job)  # tried again next tick
             failed.append(job)
 
     def _watch(self, job: Running, tick: Tick) -> None:
@@ -347,7 +381,7 @@ class Runner:
         Filed ``lost`` once, in a fresh run directory, and never retried; its
         processes are ended by its executor.
         """
-        self.running.pop(job.record.id, None)
+        self._running.pop(job.record.id, None)
         self.executor_for(job.record).abandon(job)
         detail = (
             "its run directory was deleted while it ran (by the job?); "
@@ -378,7 +412,7 @@ class Runner:
             record = self.endings.file(end)
         except OSError:
             if job is not None:
-                self.running[end.job_id] = job
+                self._running[end.job_id] = job
             raise
         return self._end_filed(end, job, record, leased)
 
@@ -393,7 +427,7 @@ class Runner:
             if isinstance(result, Exception):
                 self.guard.report(key, result, what=f"job={end.job_id} cannot be finished")
                 if job is not None:
-                    self.running.setdefault(end.job_id, job)
+                    self._running.setdefault(end.job_id, job)
                     failed.append(job)
                 continue
             self.guard.clear(key)
@@ -413,7 +447,7 @@ class Runner:
 
     def _begin_end(self, end: Ended) -> tuple[Ended, Running | None] | None:
         """Out of the running set; None if another watcher has taken it over."""
-        job = self.running.pop(end.job_id, None)
+        job = self._running.pop(end.job_id, None)
         for step in ("poll", "watch"):  # its failures are over: logged again if it comes back
             self.guard.forget(f"{step}:{end.job_id}")
         if end.how in (How.EXITED, How.LOST):  # checked again here, whatever the executor did
@@ -438,7 +472,7 @@ class Runner:
         if job is not None or leased:
             self.scale.release(end.record)
         if not is_terminal(record.state):
-            self.requeued.append(record)  # a retry
+            self._requeued.append(record)  # a retry
             return record
         if record.workspace == "worktree" and record.workspace_path:
             self.endings.tidy_worktree(record, end.run_dir)
@@ -460,7 +494,7 @@ class Runner:
     def adopt(self, record: JobRecord) -> None:
         """Watch a job that still runs under its supervisor (or Slurm) after a restart."""
         run_dir = self.layout.run_dir(record.id)
-        self.running[record.id] = self.executor_for(record).adopt(record, run_dir)
+        self._running[record.id] = self.executor_for(record).adopt(record, run_dir)
 
     def requeue(self, record: JobRecord) -> JobRecord:
         """Recovery: recorded running but never released. Back to queued."""

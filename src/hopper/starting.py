@@ -88,9 +88,8 @@ class Starts:
 
     def start_queued(self) -> None:
         """Abort, reprioritise, then ask core/schedule.py what starts and what fails."""
-        for retry in self.runner.requeued:
+        for retry in self.runner.take_requeued():
             self.queued[retry.id] = retry
-        self.runner.requeued.clear()
         full = self._sweep_markers()
         if not self.queued:
             self.paused = frozenset()
@@ -222,8 +221,8 @@ class Starts:
         mine = {
             **{i: KnownJob(i, r.name, r.state) for i, r in self.queued.items()},
             **{
-                i: KnownJob(i, j.record.name, j.record.state)
-                for i, j in self.runner.running.items()
+                j.record.id: KnownJob(j.record.id, j.record.name, j.record.state)
+                for j in self.runner.running_jobs()
             },
         }
         others = [k for k in self.known.refresh(skip=mine) if k.id not in mine]

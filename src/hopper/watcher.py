@@ -168,7 +168,7 @@ class Watcher:
                 if self._stop_deadline is not None and self.clock.monotonic() > self._stop_deadline:
                     log.error(
                         "stop: %d jobs still running at the deadline; leaving them",
-                        len(self.runner.running),
+                        self.runner.running_count(),
                     )
                     break
                 if until_idle and self.idle():
@@ -180,7 +180,7 @@ class Watcher:
             else:
                 self.notifier.stopping()
             self.runner.close()
-            self._guarded("beat", lambda: self.scale.close(len(self.runner.running)))
+            self._guarded("beat", lambda: self.scale.close(self.runner.running_count()))
             self.hooks.close(timeout=self.config.hooks.timeout)
             observer.stop()
             self.waker.close()
@@ -202,7 +202,7 @@ class Watcher:
         os.execv(sys.executable, argv)  # noqa: S606 - an argv, no shell
 
     def _status_line(self) -> str:
-        line = f"{len(self.runner.running)} running, {len(self.queued)} queued" + (
+        line = f"{self.runner.running_count()} running, {len(self.queued)} queued" + (
             f", {self.runner.io_errors} write errors" if self.runner.io_errors else ""
         )
         if self.degraded is not None:
@@ -233,7 +233,7 @@ class Watcher:
             self.flags.reload = True
 
         def on_child(signum: int, frame: FrameType | None) -> None:
-            self.runner.child_exited = True  # the wakeup fd wakes the loop
+            self.runner.note_child_exit()  # the wakeup fd wakes the loop
 
         handled = (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD, signal.SIGHUP)
         previous: dict[int, Any] = {s: signal.getsignal(s) for s in handled}
@@ -260,9 +260,9 @@ class Watcher:
             self._guarded("start", self.starts.start_queued)
             if self.clock.monotonic() >= self._next_reconcile:
                 self._guarded("reconcile", self._reconcile)
-        before = len(self.runner.running)
+        before = self.runner.running_count()
         self._guarded("poll", self.runner.poll)  # ended jobs are handled in Runner.ended
-        if len(self.runner.running) < before and not self.flags.stop:
+        if self.runner.running_count() < before and not self.flags.stop:
             # A slot just freed: fill it now, not a poll_interval later.
             self._guarded("start", self.starts.start_queued)
         self._guarded("starts", self.runner.settle_starts)
@@ -277,7 +277,7 @@ class Watcher:
         force = force or self.degraded is not None
         mono = self.clock.monotonic()
         try:
-            newly = self.scale.beat(self.runner.running, len(self.queued), force=force)
+            newly = self.scale.beat(self.runner.running_ids(), len(self.queued), force=force)
         except OSError as exc:
             if is_unwritable(exc):
                 self._degrade(f"cannot write {exc.filename or self.layout.root}: {exc.strerror}")
@@ -336,7 +336,7 @@ class Watcher:
     def _drop_taken(self) -> None:
         for job_id, record in list(self.queued.items()):
             self.starts.mine(job_id, record)
-        for job in list(self.runner.running.values()):
+        for job in self.runner.running_jobs():
             self.runner.taken(job)
 
     def _reconcile(self) -> None:
@@ -358,20 +358,21 @@ class Watcher:
     def idle(self) -> bool:
         paused = self.starts.paused
         held = (  # PAUSE: drained (lengths first: no set of a long queue on every turn)
-            not self.runner.running
+            not self.runner.running_count()
             and len(self.queued) <= len(paused)
             and set(self.queued) <= paused
         )
         return (
             (not self.queued or held)
-            and not self.runner.requeued
+            and not self.runner.has_requeued()
             and not self.runner.busy
             and self.claims.inbox_drained()
         )
 
     def _sleep_for(self) -> float:
         if self.degraded is not None:  # no rescans: probe the root again soon
-            return min(DEGRADED_RETRY, self.config.poll_interval if self.runner.running else 1e9)
+            polling = self.config.poll_interval if self.runner.running_count() else 1e9
+            return min(DEGRADED_RETRY, polling)
         if self.claims.backlog:
             return 0.0  # more prompts to claim: the next turn at once
         until_rescan = max(0.0, self.claims.next_rescan - self.clock.monotonic())
@@ -385,13 +386,13 @@ class Watcher:
             return
         policy = self.config.on_stop
         self.runner.finish_starts()  # released first, so they are stopped with the rest
-        log.info("stopping: %d running jobs (on_stop=%s)", len(self.runner.running), policy)
+        log.info("stopping: %d running jobs (on_stop=%s)", self.runner.running_count(), policy)
         if policy == "wait":
             self._stop_deadline = self.clock.monotonic() + self.config.stop_timeout
             return
         self._stop_deadline = self.clock.monotonic() + self.config.kill_grace + 10.0
         if policy == "detach":
             return
-        for job in list(self.runner.running.values()):
+        for job in self.runner.running_jobs():
             if not job.stop_sent:
                 self.runner.request_stop(job, Reason.SHUTDOWN)

@@ -147,7 +147,8 @@ def test_an_unexpected_error_in_one_job_is_logged_once_and_the_loop_goes_on(
 ) -> None:
     watcher = Watcher(layout, fast_config(), host="h")
     bad, good = running_job(layout, "bad"), running_job(layout, "good")
-    watcher.runner.running = {bad.record.id: bad, good.record.id: good}
+    for job in (bad, good):
+        watcher.runner.adopt(job.record)  # running here, as after a restart
     polled: list[str] = []
 
     def poll_one(self: LocalExecutor, job: Running, tick: Tick, found: list[Ended]) -> None:
@@ -158,10 +159,10 @@ def test_an_unexpected_error_in_one_job_is_logged_once_and_the_loop_goes_on(
     monkeypatch.setattr(LocalExecutor, "_poll_one", poll_one)
     caplog.set_level(logging.ERROR)
     for _ in range(3):
-        watcher.runner.child_exited = True  # a SIGCHLD: the local executor looks at its jobs
+        watcher.runner.note_child_exit()  # a SIGCHLD: the local executor looks at its jobs
         watcher.turn()  # never raises
     assert polled.count("good") == 3 and polled.count("bad") == 3
-    assert set(watcher.runner.running) == {bad.record.id, good.record.id}
+    assert set(watcher.runner.running_ids()) == {bad.record.id, good.record.id}
     lines = [r.getMessage() for r in caplog.records if bad.record.id in r.getMessage()]
     assert len(lines) == 1 and "TypeError" in lines[0], lines
 
