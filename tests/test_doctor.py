@@ -17,7 +17,19 @@ import pytest
 
 from conftest import Watchers, wait_for
 from hopper.agents import npm
-from hopper.cli import doctor
+from hopper.cli.doctor.agents import check_agents
+from hopper.cli.doctor.check import Check
+from hopper.cli.doctor.config import check_configuration
+from hopper.cli.doctor.root import (
+    INOTIFY_DIR,
+    check_free_space,
+    check_inotify,
+    check_one_filesystem,
+    check_root,
+    check_writable,
+)
+from hopper.cli.doctor.systemd import check_notify_socket
+from hopper.cli.doctor.watcher import _is_watcher, check_watcher, watcher_processes
 from hopper.cli.main import main
 from hopper.config import Config
 from hopper.core.prompt import BadPrompt
@@ -31,7 +43,7 @@ VFS = namedtuple("VFS", "f_files f_favail")
 GiB = 1 << 30
 
 
-def statuses(checks: list[doctor.Check]) -> dict[str, str]:
+def statuses(checks: list[Check]) -> dict[str, str]:
     return {c.name: c.status for c in checks}
 
 
@@ -39,24 +51,24 @@ def statuses(checks: list[doctor.Check]) -> dict[str, str]:
 
 
 def test_root_missing_fails(tmp_path: Path) -> None:
-    (check,) = doctor.check_root(Layout(tmp_path / "nope"))
+    (check,) = check_root(Layout(tmp_path / "nope"))
     assert check.status == "fail"
     assert "does not exist" in check.message and check.fix
 
 
 def test_root_without_its_folders_warns(tmp_path: Path) -> None:
     (tmp_path / "inbox").mkdir()
-    (check,) = doctor.check_root(Layout(tmp_path))
+    (check,) = check_root(Layout(tmp_path))
     assert check.status == "warn"
     assert "runs, processed" in check.message
 
 
 def test_root_ok(layout: Layout) -> None:
-    assert [c.status for c in doctor.check_root(layout)] == ["ok"]
+    assert [c.status for c in check_root(layout)] == ["ok"]
 
 
 def test_one_filesystem(layout: Layout) -> None:
-    assert doctor.check_one_filesystem(layout).status == "ok"
+    assert check_one_filesystem(layout).status == "ok"
 
     def split_stat(path: Path) -> os.stat_result:
         real = os.stat(path)
@@ -66,7 +78,7 @@ def test_one_filesystem(layout: Layout) -> None:
             return os.stat_result(fields)
         return real
 
-    check = doctor.check_one_filesystem(layout, stat=split_stat)
+    check = check_one_filesystem(layout, stat=split_stat)
     assert check.status == "fail"
     assert "processed on device" in check.message
     assert "one filesystem" in check.fix
@@ -82,13 +94,13 @@ def test_one_filesystem_real_mount(layout: Layout) -> None:
     try:
         layout.processed.rmdir()
         layout.processed.symlink_to(target)
-        assert doctor.check_one_filesystem(layout).status == "fail"
+        assert check_one_filesystem(layout).status == "fail"
     finally:
         target.rmdir()
 
 
 def test_writable(layout: Layout) -> None:
-    check = doctor.check_writable(layout)
+    check = check_writable(layout)
     assert check.status == "ok"
     assert [p.name for p in layout.inbox.iterdir()] == [], "the probe cleans up"
 
@@ -96,7 +108,7 @@ def test_writable(layout: Layout) -> None:
         if path == layout.runs:
             raise PermissionError(13, "Permission denied")
 
-    check = doctor.check_writable(layout, probe=denied)
+    check = check_writable(layout, probe=denied)
     assert check.status == "fail"
     assert f"{layout.runs}: Permission denied" in check.message
     assert "usermod -aG hopper" in check.fix
@@ -113,7 +125,7 @@ def test_writable(layout: Layout) -> None:
     ],
 )
 def test_free_space(tmp_path: Path, free: int, inodes: int, status: str) -> None:
-    check = doctor.check_free_space(
+    check = check_free_space(
         tmp_path,
         usage=lambda p: Usage(100 * GiB, 100 * GiB - free, free),
         statvfs=lambda p: VFS(2_000_000, inodes),
@@ -124,7 +136,7 @@ def test_free_space(tmp_path: Path, free: int, inodes: int, status: str) -> None
 
 
 def test_free_space_real(tmp_path: Path) -> None:
-    check = doctor.check_free_space(tmp_path)
+    check = check_free_space(tmp_path)
     assert check.status in ("ok", "warn", "fail")
     assert " free of " in check.message
 
@@ -135,22 +147,22 @@ def test_inotify_limits(layout: Layout, tmp_path: Path) -> None:
     for i in range(5):
         (layout.inbox / f"team{i}").mkdir()
     (proc / "max_user_watches").write_text("1000\n")
-    ok = doctor.check_inotify(layout, proc)
+    ok = check_inotify(layout, proc)
     assert ok.status == "ok" and "6 inbox directories" in ok.message
     (proc / "max_user_watches").write_text("10\n")
-    assert doctor.check_inotify(layout, proc).status == "warn"
+    assert check_inotify(layout, proc).status == "warn"
     (proc / "max_user_watches").write_text("6\n")
-    check = doctor.check_inotify(layout, proc)
+    check = check_inotify(layout, proc)
     assert check.status == "fail"
     assert "max_user_watches" in check.fix
     (proc / "max_user_watches").unlink()
-    assert doctor.check_inotify(layout, proc).status == "warn"
+    assert check_inotify(layout, proc).status == "warn"
 
 
 def test_inotify_real_proc(layout: Layout) -> None:
-    if not (doctor.INOTIFY_DIR / "max_user_watches").exists():
+    if not (INOTIFY_DIR / "max_user_watches").exists():
         pytest.skip("no inotify here")
-    assert doctor.check_inotify(layout).status == "ok"
+    assert check_inotify(layout).status == "ok"
 
 
 # --- config and agents ----------------------------------------------------------
@@ -159,12 +171,12 @@ def test_inotify_real_proc(layout: Layout) -> None:
 def test_config_invalid_fails(tmp_path: Path) -> None:
     bad = tmp_path / "config.toml"
     bad.write_text("max_paralel = 3\n")
-    check, config = doctor.check_configuration(str(bad), {})
+    check, config = check_configuration(str(bad), {})
     assert (check.status, config) == ("fail", None)
     assert "unknown key 'max_paralel'" in check.message and str(bad) in check.message
     good = tmp_path / "good.toml"
     good.write_text('default_agent = "bash"\n')
-    check, config = doctor.check_configuration(str(good), {})
+    check, config = check_configuration(str(good), {})
     assert check.status == "ok" and config is not None
 
 
@@ -183,7 +195,7 @@ def test_agents_found_missing_and_broken(tmp_path: Path) -> None:
     def find(name: str, configured: str | None) -> str:
         return bins[name]
 
-    checks = doctor.check_agents(Config(default_agent="claude"), find=find)
+    checks = check_agents(Config(default_agent="claude"), find=find)
     assert statuses(checks) == {"agent bash": "ok", "agent claude": "ok", "agent codex": "warn"}
     assert "2.0.1 (Claude Code)" in checks[1].message
     assert "node: not found" in checks[2].message
@@ -193,16 +205,16 @@ def test_agents_found_missing_and_broken(tmp_path: Path) -> None:
 
     # Not installed is a warning even for the default agent: bash jobs still run, and
     # the fix is the one command that installs the CLIs for an installed hopper.
-    checks = doctor.check_agents(Config(default_agent="codex"), find=missing)
+    checks = check_agents(Config(default_agent="codex"), find=missing)
     assert statuses(checks) == {"agent bash": "ok", "agent claude": "warn", "agent codex": "warn"}
     assert "default agent" in checks[2].message
     assert checks[2].fix.startswith("hopper agents install")
-    checks = doctor.check_agents(Config(default_agent="bash"), find=missing)
+    checks = check_agents(Config(default_agent="bash"), find=missing)
     assert "fail" not in set(statuses(checks).values())
 
 
 def test_agents_without_bash_fails() -> None:
-    checks = doctor.check_agents(
+    checks = check_agents(
         Config(default_agent="bash"),
         find=lambda n, c: "x",
         version=lambda b: "1",
@@ -216,13 +228,13 @@ def test_custom_agent_missing_executable() -> None:
     config = Config.model_validate(
         {"agents": {"mine": {"argv": ["/nonexistent/agent", "{prompt_file}"]}}}
     )
-    checks = doctor.check_agents(config, find=lambda n, c: sys.executable, version=lambda b: "1")
+    checks = check_agents(config, find=lambda n, c: sys.executable, version=lambda b: "1")
     assert statuses(checks)["agent mine"] == "warn"
 
 
 def test_agents_real_lookup_runs() -> None:
     """The real find/--version path (the repo's pinned CLIs, if installed)."""
-    checks = doctor.check_agents(Config(default_agent="bash"))
+    checks = check_agents(Config(default_agent="bash"))
     assert {c.name for c in checks} == {"agent bash", "agent claude", "agent codex"}
 
 
@@ -251,40 +263,40 @@ def running_job(layout: Layout, job_id: str, heartbeat: datetime | None) -> None
 
 def test_watcher_alive_by_fresh_heartbeat(layout: Layout) -> None:
     running_job(layout, "20260101-000000-a-0001", datetime.now(UTC) - timedelta(seconds=3))
-    check = doctor.check_watcher(layout, Config(), processes=lambda: [])
+    check = check_watcher(layout, Config(), processes=lambda: [])
     assert check.status == "ok"
     assert re.search(r"heartbeat [3-9]s ago", check.message), check.message
 
 
 def test_watcher_down_by_stale_heartbeat(layout: Layout) -> None:
     running_job(layout, "20260101-000000-a-0001", datetime.now(UTC) - timedelta(minutes=10))
-    check = doctor.check_watcher(layout, Config(), processes=lambda: [(1, ["hopper", "run"])])
+    check = check_watcher(layout, Config(), processes=lambda: [(1, ["hopper", "run"])])
     assert check.status == "fail"
     assert "last heartbeat 600s ago" in check.message
     assert "systemctl start hopper" in check.fix
 
 
 def test_watcher_no_jobs(layout: Layout) -> None:
-    found = doctor.check_watcher(layout, Config(), processes=lambda: [(42, ["hopper", "run"])])
+    found = check_watcher(layout, Config(), processes=lambda: [(42, ["hopper", "run"])])
     assert (found.status, "pid 42" in found.message) == ("ok", True)
-    assert doctor.check_watcher(layout, Config(), processes=lambda: []).status == "warn"
+    assert check_watcher(layout, Config(), processes=lambda: []).status == "warn"
     (layout.inbox / "waiting.prompt.md").write_text("echo hi\n")
-    check = doctor.check_watcher(layout, Config(), processes=lambda: [])
+    check = check_watcher(layout, Config(), processes=lambda: [])
     assert check.status == "fail"
     assert "1 prompts wait" in check.message
 
 
 def test_watcher_process_detection() -> None:
-    assert doctor._is_watcher(["/opt/hopper/bin/python", "/opt/hopper/bin/hopper", "run"])
-    assert not doctor._is_watcher(["/usr/bin/hopper", "status"])
-    assert not doctor._is_watcher(["python", "-m", "hopper", "doctor"])
+    assert _is_watcher(["/opt/hopper/bin/python", "/opt/hopper/bin/hopper", "run"])
+    assert not _is_watcher(["/usr/bin/hopper", "status"])
+    assert not _is_watcher(["python", "-m", "hopper", "doctor"])
 
 
 def test_watcher_found_for_real(watchers: Watchers) -> None:
     """A real `hopper run`, found in the process table (no job to time)."""
     pid = watchers.start().pid
     wait_for(
-        lambda: any(p == pid for p, _ in doctor.watcher_processes()),
+        lambda: any(p == pid for p, _ in watcher_processes()),
         what="the watcher in the process table",
     )
 
@@ -293,16 +305,16 @@ def test_watcher_found_for_real(watchers: Watchers) -> None:
 
 
 def test_notify_socket(tmp_path: Path) -> None:
-    assert doctor.check_notify_socket({}).status == "ok"
-    assert doctor.check_notify_socket({"NOTIFY_SOCKET": "@hopper/x"}).status == "ok"
-    assert doctor.check_notify_socket({"NOTIFY_SOCKET": "vsock:2:9"}).status == "warn"
-    missing = doctor.check_notify_socket({"NOTIFY_SOCKET": str(tmp_path / "gone")})
+    assert check_notify_socket({}).status == "ok"
+    assert check_notify_socket({"NOTIFY_SOCKET": "@hopper/x"}).status == "ok"
+    assert check_notify_socket({"NOTIFY_SOCKET": "vsock:2:9"}).status == "warn"
+    missing = check_notify_socket({"NOTIFY_SOCKET": str(tmp_path / "gone")})
     assert missing.status == "warn" and "unset NOTIFY_SOCKET" in missing.fix
-    assert doctor.check_notify_socket({"WATCHDOG_USEC": "1000"}).status == "warn"
+    assert check_notify_socket({"WATCHDOG_USEC": "1000"}).status == "warn"
     path = tmp_path / "notify"
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.bind(str(path))
-        assert doctor.check_notify_socket({"NOTIFY_SOCKET": str(path)}).status == "ok"
+        assert check_notify_socket({"NOTIFY_SOCKET": str(path)}).status == "ok"
 
 
 # --- the command ----------------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import Any
 from hopper.agents import npm
 from hopper.agents.driven import find_binary
 from hopper.cli.common import EXIT_FAILED, EXIT_OK, add_root_args, warn
-from hopper.cli.doctor import agent_version
+from hopper.cli.doctor.agents import agent_version
 from hopper.config import Config, load_config
 from hopper.core.prompt import BadPrompt
 
