@@ -25,7 +25,8 @@ from hopper.core.slurm_parse import (
 from hopper.core.slurm_resources import slurm_request
 from hopper.core.states import Reason
 from hopper.executors import slurm_runner
-from hopper.executors.slurm_runner import SlurmExecutor, StateView
+from hopper.executors.slurm_runner import SlurmExecutor
+from hopper.executors.slurm_view import StateView
 from hopper.store.layout import Layout
 
 

@@ -31,7 +31,7 @@ from hopper.executors.slurm import (
     sbatch_argv,
     submit,
 )
-from hopper.executors.slurm_runner import StateView
+from hopper.executors.slurm_view import StateView
 
 from .batch_script import write_batch_script
 

@@ -17,7 +17,7 @@ import pytest
 
 from hopper.core.states import JobState, Reason
 from hopper.executors.slurm import query
-from hopper.executors.slurm_runner import StateView
+from hopper.executors.slurm_view import StateView
 from hopper.faults import SLURM_CRASH_POINTS
 from hopper.store.jobfile import read_events, read_record, write_record
 from hopper.store.layout import Layout

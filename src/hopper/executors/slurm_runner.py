@@ -23,7 +23,7 @@ it and asks again next time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -33,17 +33,7 @@ from hopper.core import lifecycle
 from hopper.core.lifecycle import Started
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import RunSnapshot
-from hopper.core.slurm_parse import (
-    TERMINAL,
-    SlurmExitFile,
-    SlurmJob,
-    SlurmOutcome,
-    SlurmParseError,
-    SlurmState,
-    parse_exit_file,
-    settle,
-    states_for,
-)
+from hopper.core.slurm_parse import TERMINAL, SlurmExitFile, SlurmOutcome, SlurmState, settle
 from hopper.core.states import JobState, Reason
 from hopper.executors.protocol import Context, Deferred, Ended, How, Launch, Polled, Start, Tick
 from hopper.executors.slurm import (
@@ -52,18 +42,17 @@ from hopper.executors.slurm import (
     SlurmError,
     SlurmUnavailable,
     cancel,
-    list_jobs,
     query,
     release,
     sbatch_argv,
     submit,
     write_job_wrapper,
 )
+from hopper.executors.slurm_view import StateView, read_exit_file
 from hopper.faults import crash_point
 from hopper.running import Running, adopt
 from hopper.store import ledger
 from hopper.store.jobfile import LOG_FILE
-from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_text
 
 log = logging.getLogger(__name__)
 
@@ -72,55 +61,11 @@ RETRY_SUBMIT = 5.0  # seconds before a submit is tried again when Slurm did not 
 WARN_EVERY = 60.0  # seconds between "Slurm unavailable" log lines
 
 
-def read_exit_file(run_dir: Path, slurm_id: str) -> SlurmExitFile | None:
-    """The wrapper's exit record, if it wrote one for this Slurm job (not an older one)."""
-    try:
-        text = read_text(run_dir / EXIT_STATUS_FILE, SMALL_LIMIT)  # no link, FIFO, huge file
-    except FileNotFoundError:
-        return None
-    except UnreadableFile as exc:
-        log.error("%s", exc)
-        return None
-    try:
-        record = parse_exit_file(text)
-    except SlurmParseError as exc:
-        log.error("%s: %s", run_dir / EXIT_STATUS_FILE, exc)
-        return None
-    return record if record.slurm_id == slurm_id else None
-
-
 def _when(text: str, default: datetime) -> datetime:
     try:
         return datetime.fromisoformat(text)
     except ValueError:
         return default
-
-
-class StateView:
-    """Recovery's look at Slurm: one listing, asked for lazily, shared by every run dir."""
-
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
-        self.env = env
-        self._jobs: list[SlurmJob] | None = None
-        self._failed = False
-
-    def _all(self) -> list[SlurmJob] | None:
-        if self._jobs is None and not self._failed:
-            try:
-                self._jobs = list_jobs(self.env)
-            except SlurmError as exc:
-                self._failed = True
-                log.warning("recovery: cannot ask Slurm (%s); will ask again", exc)
-        return self._jobs
-
-    def state(self, slurm_id: str) -> SlurmState | None:
-        """The job as Slurm knows it (``found=False``: forgotten); None: Slurm did not answer."""
-        jobs = self._all()
-        return None if jobs is None else states_for([slurm_id], jobs)[slurm_id]
-
-    def named(self, job_id: str) -> list[SlurmJob] | None:
-        jobs = self._all()
-        return None if jobs is None else [j for j in jobs if j.name == job_id]
 
 
 @dataclass
