@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from hopper.executors.protocol import Tick
 from hopper.running import Running
 from hopper.store.layout import Layout
 from inprocess import in_process, submit, turns
@@ -22,18 +21,25 @@ def test_a_turn_with_nothing_due_does_not_watch_the_running_jobs(
     for i in range(3):
         submit(layout, clock, f"job{i}", '+++\nagent = "bash"\n+++\nsleep 1\n')
     turns(watcher, clock, lambda: len(fake.started) == 3)
-    watched: list[str] = []
+    aborts: list[str] = []
+    beats: list[str] = []
 
-    def watch(job: Running, tick: Tick) -> None:
-        watched.append(job.record.id)
+    def check_abort(job: Running) -> None:
+        aborts.append(job.record.id)
 
-    monkeypatch.setattr(watcher.runner, "_watch", watch)
+    def heartbeat(job: Running, mono: float) -> None:
+        beats.append(job.record.id)
+        job.next_heartbeat = mono + 3600  # written: not due again in this test
+
+    monkeypatch.setattr(watcher.runner, "_check_abort", check_abort)
+    monkeypatch.setattr(watcher.runner, "_heartbeat", heartbeat)
     for _ in range(5):
         watcher.turn()  # the clock stands still: no sweep, no heartbeat due
-    assert watched == []
-    clock.advance(1.0)  # past a sweep: every running job is looked at once
-    watcher.turn()
-    assert sorted(watched) == sorted(fake.started)
+    assert aborts == [] and beats == []
+    clock.advance(1.0)  # past a sweep (no inotify here: every marker is looked at once)
+    watcher.turn()  # ... and past every heartbeat: each written once
+    assert sorted(aborts) == sorted(fake.started)
+    assert sorted(beats) == sorted(fake.started)
 
 
 def test_a_heartbeat_falls_due_between_sweeps_and_is_written(layout: Layout) -> None:

@@ -12,16 +12,17 @@ restart, a reject, an abort while queued, or another watcher's takeover.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import select
 import stat
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from hopper import prepare
+from hopper.abort_watch import AbortWatch
 from hopper.agents.summary import read_live_state
 from hopper.clock import Clock
 from hopper.config import Config
@@ -32,6 +33,7 @@ from hopper.core.record import JobRecord
 from hopper.core.states import Reason, is_terminal
 from hopper.endings import Endings
 from hopper.executors.protocol import Deferred, Ended, Executor, How, Launch, Starting, Tick
+from hopper.heartbeats_due import HeartbeatsDue
 from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
 from hopper.running import Running
@@ -80,10 +82,12 @@ class Runner:
     _requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler
     _io_errors: int = 0  # failed writes since start (disk full …), for status reports
     _next_sweep: float = 0.0
-    _next_watch: float = 0.0  # the earliest heartbeat due among the running jobs
-    _watched: int = 0  # how many jobs ran when they were last watched
+    _beats: HeartbeatsDue = field(default_factory=HeartbeatsDue)  # when each job's is due
+    _aborts: AbortWatch | None = None  # inotify on the running jobs' run dirs, once open
+    _groups: dict[str, list[Running]] | None = None  # running jobs by executor (None: stale)
 
     def open(self) -> None:
+        self.guard.step("start-up: watch run directories for ABORT", self._watch_aborts)
         for name, executor in self.executors.items():
             self.guard.step(f"start-up: executor {name}", executor.open)
 
@@ -91,6 +95,32 @@ class Runner:
         self.guard.step("shut-down: starts on their way", self.finish_starts)
         for name, executor in self.executors.items():
             self.guard.step(f"shut-down: executor {name}", executor.close)
+        if self._aborts is not None:
+            self._aborts.close()
+            self._aborts = None
+
+    def _watch_aborts(self) -> None:
+        aborts = AbortWatch(self.layout.runs)
+        if aborts.why_not is not None:
+            log.info("ABORT markers of running jobs are checked every sweep: %s", aborts.why_not)
+        for job_id, job in self._running.items():
+            aborts.add(job_id, job.run_dir)
+        self._aborts = aborts
+
+    def _track(self, job: Running) -> None:
+        """``job`` runs here: its ABORT marker watched, its heartbeat scheduled."""
+        self._running[job.record.id] = job
+        self._groups = None
+        self._beats.add(job.next_heartbeat, job.record.id)
+        if self._aborts is not None:
+            self._aborts.add(job.record.id, job.run_dir)
+
+    def _untrack(self, job_id: str) -> Running | None:
+        """``job_id`` runs here no more (its heartbeat entry is dropped when it comes up)."""
+        if self._aborts is not None:
+            self._aborts.remove(job_id)
+        self._groups = None
+        return self._running.pop(job_id, None)
 
     def executor_for(self, record: JobRecord) -> Executor:
         try:
@@ -168,7 +198,7 @@ class Runner:
             return
         result = self.executor_for(record).start(launch)
         if isinstance(result, Running):
-            self._running[record.id] = result
+            self._track(result)
         elif isinstance(result, Starting):
             self._starting[record.id] = result  # finished by settle_starts
             self.scale.starting.add(record.id)  # its lease is in use, though it is queued
@@ -237,7 +267,7 @@ class Runner:
         for start, entry in entries:
             error = errors.get(id(entry))
             if error is None:
-                self._running[start.record.id] = start.release(entry.step.record)
+                self._track(start.release(entry.step.record))
             else:
                 start.abandon()
                 self._start_failed(start.record, error)
@@ -268,20 +298,22 @@ class Runner:
 
     # -- monitor ----------------------------------------------------------------
     def poll(self) -> None:
-        """One pass over every running job: each executor looks at its own, then
-        ABORT markers (on a sweep, every SWEEP_INTERVAL or poll_interval if
-        longer, which keeps "touch ABORT" well within a second) and heartbeats."""
+        """One pass over the running jobs: each executor looks at its own, then
+        ABORT markers (those inotify named, or on a sweep, every SWEEP_INTERVAL
+        or poll_interval if longer, which keeps "touch ABORT" well within a
+        second; abort_watch.py) and the heartbeats that are due."""
         mono = self.clock.monotonic()
         sweep = mono >= self._next_sweep
         if sweep:
             self._next_sweep = mono + max(SWEEP_INTERVAL, self.config.poll_interval)
         tick = Tick(mono, sweep, self._child_exited or sweep)
         self._child_exited = False
-        groups: dict[str, list[Running]] = {}
-        for job in self._running.values():
-            groups.setdefault(job.record.executor, []).append(job)
+        if self._groups is None:  # rebuilt only when the running set changed
+            self._groups = {}
+            for job in self._running.values():
+                self._groups.setdefault(job.record.executor, []).append(job)
         failed: list[Running] = []
-        for name, jobs in groups.items():
+        for name, jobs in list(self._groups.items()):
             executor = self.executors.get(name)
             if executor is None:
                 continue  # never started here; recovery reports it
@@ -294,8 +326,7 @@ class Runner:
             for job, reason in polled.stop:
                 if not job.stop_sent and job.record.id in self._running:
                     self.request_stop(job, reason)
-        if sweep or mono >= self._next_watch or len(self._running) != self._watched:
-            self._watch_all(tick, failed)
+        self._watch_all(tick, failed)
         for job in failed:
             if _not_a_directory(job.run_dir):
                 self._vanished(job)  # deleted (or swapped for a link) under it: filed lost once
@@ -305,24 +336,43 @@ class Runner:
                 self._io_errors += 1
 
     def _watch_all(self, tick: Tick, failed: list[Running]) -> None:
-        """ABORT (on a sweep) and heartbeats (when due) of every running job.
+        """The ABORT markers to look at now, then the heartbeats that are due.
 
-        Only on a sweep, when a heartbeat is due, or when the running set
-        changed: a turn woken for anything else (a claim, a start reporting)
+        Markers: the jobs inotify named, new jobs, and on a sweep the jobs it
+        cannot watch (every job without inotify); heartbeats: popped from a
+        heap. A turn woken for anything else (a claim, a start reporting)
         does no per-job work, however many jobs run.
         """
         skip = {j.record.id for j in failed}
-        for job_id, job in list(self._running.items()):
-            if job_id in skip:
+        if self._aborts is not None:
+            due = self._aborts.due(tick.monotonic, sweep=tick.sweep)
+        else:
+            due = None if tick.sweep else set()
+        marked = self._running.keys() if due is None else due
+        for job_id in list(marked):
+            job = self._running.get(job_id)
+            if job is None or job.stop_sent or job_id in skip:
                 continue
-            if not self.guard.step(
-                f"watch:{job_id}",
-                lambda job=job: self._watch(job, tick),  # type: ignore[misc]
-                what=f"job={job_id} cannot be watched",
-            ):
+            if not self._step(job, partial(self._check_abort, job)):
                 failed.append(job)
-        self._next_watch = min((j.next_heartbeat for j in self._running.values()), default=math.inf)
-        self._watched = len(self._running)
+                skip.add(job_id)
+        if self._beats.next_due() > tick.monotonic:
+            return
+        again: dict[str, float] = {}  # not written this turn: due again next turn
+        for due_at, job_id in self._beats.pop_due(tick.monotonic):
+            job = self._running.get(job_id)
+            if job is None or job.next_heartbeat != due_at or job_id in again:
+                continue  # ended, already beaten, or a duplicate: a stale entry
+            if job_id in skip or not self._step(job, partial(self._heartbeat, job, tick.monotonic)):
+                if job_id not in skip:
+                    failed.append(job)
+                again[job_id] = due_at
+        for job_id, due_at in again.items():
+            self._beats.add(due_at, job_id)
+
+    def _step(self, job: Running, step: Callable[[], None]) -> bool:
+        job_id = job.record.id
+        return self.guard.step(f"watch:{job_id}", step, what=f"job={job_id} cannot be watched")
 
     def _settle(self, end: Ended, failed: list[Running]) -> None:
         """Handle one end a poll reported; if that fails, keep the job for the next tick."""
@@ -336,23 +386,29 @@ class Runner:
         ):
             return
         if job is not None:
-            self._running.setdefault(end.job_id, job)  # tried again next tick
+            if end.job_id not in self._running:
+                self._track(job)  # tried again next tick
             failed.append(job)
 
-    def _watch(self, job: Running, tick: Tick) -> None:
-        """ABORT and the heartbeat, the same for every executor."""
-        if tick.sweep and not job.stop_sent and (job.run_dir / ABORT_FILE).exists():
+    def _check_abort(self, job: Running) -> None:
+        """ABORT, the same for every executor."""
+        if not job.stop_sent and (job.run_dir / ABORT_FILE).exists():
             self.request_stop(job, Reason.ABORTED)
-        if tick.monotonic >= job.next_heartbeat and not self.taken(job):
-            fact = Heartbeat(
-                self.clock.now(),
-                resources=read_resources(job.run_dir),  # the supervisor's latest
-                live=read_live_state(job.run_dir),  # an agent's live state, if any
-            )
-            job.record = ledger.commit(
-                job.run_dir, lifecycle.heartbeat(job.record, fact), durable=False
-            )
-            job.next_heartbeat = tick.monotonic + self.config.heartbeat_interval
+
+    def _heartbeat(self, job: Running, mono: float) -> None:
+        """The heartbeat, the same for every executor; the next one scheduled."""
+        if self.taken(job):
+            return
+        fact = Heartbeat(
+            self.clock.now(),
+            resources=read_resources(job.run_dir),  # the supervisor's latest
+            live=read_live_state(job.run_dir),  # an agent's live state, if any
+        )
+        job.record = ledger.commit(
+            job.run_dir, lifecycle.heartbeat(job.record, fact), durable=False
+        )
+        job.next_heartbeat = mono + self.config.heartbeat_interval
+        self._beats.add(job.next_heartbeat, job.record.id)
 
     def taken(self, job: Running) -> bool:
         """Has another watcher taken this job over (we were stopped too long)? Then drop it.
@@ -381,7 +437,7 @@ class Runner:
         Filed ``lost`` once, in a fresh run directory, and never retried; its
         processes are ended by its executor.
         """
-        self._running.pop(job.record.id, None)
+        self._untrack(job.record.id)
         self.executor_for(job.record).abandon(job)
         detail = (
             "its run directory was deleted while it ran (by the job?); "
@@ -412,7 +468,7 @@ class Runner:
             record = self.endings.file(end)
         except OSError:
             if job is not None:
-                self._running[end.job_id] = job
+                self._track(job)
             raise
         return self._end_filed(end, job, record, leased)
 
@@ -427,7 +483,8 @@ class Runner:
             if isinstance(result, Exception):
                 self.guard.report(key, result, what=f"job={end.job_id} cannot be finished")
                 if job is not None:
-                    self._running.setdefault(end.job_id, job)
+                    if end.job_id not in self._running:
+                        self._track(job)
                     failed.append(job)
                 continue
             self.guard.clear(key)
@@ -447,7 +504,7 @@ class Runner:
 
     def _begin_end(self, end: Ended) -> tuple[Ended, Running | None] | None:
         """Out of the running set; None if another watcher has taken it over."""
-        job = self._running.pop(end.job_id, None)
+        job = self._untrack(end.job_id)
         for step in ("poll", "watch"):  # its failures are over: logged again if it comes back
             self.guard.forget(f"{step}:{end.job_id}")
         if end.how in (How.EXITED, How.LOST):  # checked again here, whatever the executor did
@@ -494,7 +551,7 @@ class Runner:
     def adopt(self, record: JobRecord) -> None:
         """Watch a job that still runs under its supervisor (or Slurm) after a restart."""
         run_dir = self.layout.run_dir(record.id)
-        self._running[record.id] = self.executor_for(record).adopt(record, run_dir)
+        self._track(self.executor_for(record).adopt(record, run_dir))
 
     def requeue(self, record: JobRecord) -> JobRecord:
         """Recovery: recorded running but never released. Back to queued."""

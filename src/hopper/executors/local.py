@@ -4,7 +4,9 @@ Start: a warm supervisor from the pool is handed the launch spec, writes
 nothing until the watcher has recorded the job ``running`` with its pid, then
 opens the gate (:mod:`hopper.proc.spawn`). Poll: cheap by design, as it runs
 every tick for every job: a supervisor that is our child is looked at only
-after a SIGCHLD (``Tick.children``); an adopted one (not our child) is
+after a SIGCHLD (``Tick.children``) or on a sweep, and then only if the fork
+server reported it gone (its reports are read once per poll, not once per
+job) or the fork server itself was lost; an adopted one (not our child) is
 checked on each sweep, by exit.json and its pid + start time. An exit comes
 back as :class:`Ended` (``exited`` with the supervisor's exit record, or
 ``lost`` when it vanished without one, after ending any orphans).
@@ -57,6 +59,11 @@ def _reap_adopted(pid: int | None) -> None:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass  # not ours (adopted after a crash): init reaps it
+
+
+def _unreported(sup: spawn.Handle | None, generation: int) -> bool:
+    """A supervisor forked by the live fork server, which has not reported its exit."""
+    return isinstance(sup, spawn.Forked) and sup.returncode is None and sup.generation == generation
 
 
 @dataclass(frozen=True)
@@ -194,7 +201,11 @@ class LocalExecutor:
         polled = Polled()
         if not (tick.children or tick.sweep):
             return polled  # no supervisor of ours exited and no sweep is due: nothing to look at
+        self.pool.collect()  # the fork server's exit reports, applied to their handles
+        generation = self.pool.generation
         for job in jobs:
+            if _unreported(job.supervisor, generation):
+                continue  # its fork server is alive and has not reported it gone
             found: list[Ended] = []
             if self.ctx.guard.step(
                 f"poll:{job.record.id}",

@@ -227,6 +227,13 @@ class ForkServer:
         if left <= 0 or not select.select([sock], [], [], left)[0]:
             raise _Lost(f"it did not answer within {REPLY_TIMEOUT:g}s")
 
+    def collect(self) -> None:
+        """Apply every exit reported so far: a handle of this generation whose
+        ``returncode`` is still None then has not been reported gone (no
+        syscall per handle)."""
+        if self._sock is not None:
+            self._drain()
+
     def settle(self, handle: Forked) -> None:
         """Set ``handle.returncode`` if its supervisor has exited (never blocks)."""
         if handle.generation == self.generation and self._sock is not None:
