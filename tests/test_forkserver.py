@@ -1,4 +1,5 @@
-"""Supervisors forked by the fork server (proc/forkserver.py) and its client (proc/spawn.py)."""
+"""Supervisors forked by the fork server (proc/forkserver.py) and its client
+(proc/forkclient.py), started through proc/spawn.py."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 from conftest import Watchers, bash, drop, wait_for
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState
-from hopper.proc import identity, spawn
+from hopper.proc import forkclient, identity, spawn
 from hopper.store.jobfile import read_record
 from hopper.store.layout import Layout
 
@@ -35,7 +36,7 @@ def _gated(gate: Path, code: int) -> str:
     return f"while [ ! -e {gate} ]; do sleep 0.02; done; exit {code}"
 
 
-def _start(server: spawn.ForkServer | None, run_dir: Path, script: str) -> spawn.Supervisor:
+def _start(server: forkclient.ForkServer | None, run_dir: Path, script: str) -> spawn.Supervisor:
     run_dir.mkdir(exist_ok=True)
     proc = spawn.launch(run_dir, _spec(run_dir, script), server)
     spawn.read_pid(proc)
@@ -49,18 +50,18 @@ def _exit(run_dir: Path) -> dict[str, object]:
 
 
 @pytest.fixture
-def server() -> Iterator[spawn.ForkServer]:
-    srv = spawn.ForkServer()
+def server() -> Iterator[forkclient.ForkServer]:
+    srv = forkclient.ForkServer()
     srv.start()
     yield srv
     srv.close()
 
 
 def test_a_forked_supervisor_runs_its_job_in_a_session_of_its_own(
-    server: spawn.ForkServer, tmp_path: Path
+    server: forkclient.ForkServer, tmp_path: Path
 ) -> None:
     proc = _start(server, tmp_path / "run", "echo hello; exit 3")
-    assert isinstance(proc, spawn.Forked)
+    assert isinstance(proc, forkclient.Forked)
     sup = psutil.Process(proc.pid)
     assert sup.ppid() == server.pid  # not booted: forked by the server
     assert os.getsid(proc.pid) == proc.pid  # setsid: it outlives the server and the watcher
@@ -71,7 +72,7 @@ def test_a_forked_supervisor_runs_its_job_in_a_session_of_its_own(
 
 
 def test_the_fork_server_wakes_the_watcher_with_sigchld(
-    server: spawn.ForkServer, tmp_path: Path
+    server: forkclient.ForkServer, tmp_path: Path
 ) -> None:
     gate = tmp_path / "gate"
     proc = _start(server, tmp_path / "run", _gated(gate, 0))
@@ -88,7 +89,7 @@ def test_the_fork_server_wakes_the_watcher_with_sigchld(
 
 
 def test_supervisors_outlive_a_killed_fork_server_which_the_next_start_replaces(
-    server: spawn.ForkServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    server: forkclient.ForkServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     gate = tmp_path / "gate"
     first = _start(server, tmp_path / "a", _gated(gate, 4))
@@ -97,9 +98,9 @@ def test_supervisors_outlive_a_killed_fork_server_which_the_next_start_replaces(
     os.kill(old_server, signal.SIGKILL)
     psutil.Process(old_server).wait(timeout=10)
     assert first.poll() is None  # its supervisor and job run on
-    caplog.set_level(logging.WARNING, logger="hopper.proc.spawn")
+    caplog.set_level(logging.WARNING, logger="hopper.proc.forkclient")
     second = _start(server, tmp_path / "b", "exit 5")
-    assert isinstance(second, spawn.Forked)
+    assert isinstance(second, forkclient.Forked)
     assert server.pid not in (None, old_server)
     assert "starting a new one" in caplog.text
     assert second.wait(timeout=30) == 0
@@ -111,14 +112,14 @@ def test_supervisors_outlive_a_killed_fork_server_which_the_next_start_replaces(
 
 
 def test_a_fork_server_that_does_not_answer_is_replaced(
-    server: spawn.ForkServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: forkclient.ForkServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(spawn, "REPLY_TIMEOUT", 1.0)
+    monkeypatch.setattr(forkclient, "REPLY_TIMEOUT", 1.0)
     stuck = server.pid
     assert stuck is not None
     os.kill(stuck, signal.SIGSTOP)
     proc = _start(server, tmp_path / "run", "exit 0")
-    assert isinstance(proc, spawn.Forked) and server.pid != stuck
+    assert isinstance(proc, forkclient.Forked) and server.pid != stuck
     assert not psutil.pid_exists(stuck) or psutil.Process(stuck).status() == psutil.STATUS_ZOMBIE
     assert proc.wait(timeout=30) == 0
 
@@ -139,12 +140,13 @@ def _fake_server(tmp_path: Path, body: str) -> Path:
 def test_a_fork_server_that_breaks_the_protocol_is_replaced_then_supervisors_booted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(spawn, "FORKSERVER_SCRIPT", _fake_server(tmp_path, "    ctrl.send(b'?')\n"))
-    caplog.set_level(logging.WARNING, logger="hopper.proc.spawn")
-    srv = spawn.ForkServer()
+    fake = _fake_server(tmp_path, "    ctrl.send(b'?')\n")
+    monkeypatch.setattr(forkclient, "FORKSERVER_SCRIPT", fake)
+    caplog.set_level(logging.WARNING, logger="hopper.proc.forkclient")
+    srv = forkclient.ForkServer()
     try:
         proc = _start(srv, tmp_path / "run", "exit 6")
-        assert not isinstance(proc, spawn.Forked)  # booted, as without a fork server
+        assert not isinstance(proc, forkclient.Forked)  # booted, as without a fork server
         assert proc.wait(timeout=30) == 0
         assert _exit(tmp_path / "run")["exit_code"] == 6
         assert "which is not a report" in caplog.text
@@ -157,14 +159,14 @@ def test_a_fork_error_is_reported_and_the_supervisor_booted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     body = "    ctrl.send(b'error cannot fork a supervisor: Resource temporarily unavailable')\n"
-    monkeypatch.setattr(spawn, "FORKSERVER_SCRIPT", _fake_server(tmp_path, body))
-    caplog.set_level(logging.WARNING, logger="hopper.proc.spawn")
-    srv = spawn.ForkServer()
+    monkeypatch.setattr(forkclient, "FORKSERVER_SCRIPT", _fake_server(tmp_path, body))
+    caplog.set_level(logging.WARNING, logger="hopper.proc.forkclient")
+    srv = forkclient.ForkServer()
     try:
         with pytest.raises(spawn.SpawnFailed, match="Resource temporarily unavailable"):
             srv.fork(b"{}\n")
         proc = _start(srv, tmp_path / "run", "exit 0")
-        assert not isinstance(proc, spawn.Forked)
+        assert not isinstance(proc, forkclient.Forked)
         assert proc.wait(timeout=30) == 0
     finally:
         srv.close()
@@ -173,18 +175,18 @@ def test_a_fork_error_is_reported_and_the_supervisor_booted(
 def test_a_fork_server_that_cannot_start_leaves_starts_to_booted_supervisors(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(spawn, "FORKSERVER_SCRIPT", tmp_path / "missing.py")
-    srv = spawn.ForkServer()
+    monkeypatch.setattr(forkclient, "FORKSERVER_SCRIPT", tmp_path / "missing.py")
+    srv = forkclient.ForkServer()
     try:
         proc = _start(srv, tmp_path / "run", "exit 0")
-        assert not isinstance(proc, spawn.Forked)
+        assert not isinstance(proc, forkclient.Forked)
         assert proc.wait(timeout=30) == 0
     finally:
         srv.close()
 
 
 def test_a_bad_spec_is_refused_by_the_forked_supervisor(capfd: pytest.CaptureFixture[str]) -> None:
-    server = spawn.ForkServer()  # started here: its stderr is the captured one
+    server = forkclient.ForkServer()  # started here: its stderr is the captured one
     try:
         proc = server.fork(b'{"argv": "not a list"}\n')
         with pytest.raises(spawn.SpawnFailed, match="broke the handshake"):
@@ -196,7 +198,7 @@ def test_a_bad_spec_is_refused_by_the_forked_supervisor(capfd: pytest.CaptureFix
 
 
 def test_closing_the_fork_server_leaves_its_supervisors_running(
-    server: spawn.ForkServer, tmp_path: Path
+    server: forkclient.ForkServer, tmp_path: Path
 ) -> None:
     gate = tmp_path / "gate"
     proc = _start(server, tmp_path / "run", _gated(gate, 0))
@@ -211,7 +213,7 @@ def test_closing_the_fork_server_leaves_its_supervisors_running(
 
 
 def test_an_unreleased_forked_supervisor_is_found_by_its_run_dir_and_abandoned(
-    server: spawn.ForkServer, tmp_path: Path
+    server: forkclient.ForkServer, tmp_path: Path
 ) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -260,7 +262,7 @@ def test_the_watcher_replaces_a_dead_fork_server_and_its_running_jobs_go_on(
 
 
 def test_starts_are_begun_without_waiting_and_collected_in_any_order(
-    server: spawn.ForkServer, tmp_path: Path
+    server: forkclient.ForkServer, tmp_path: Path
 ) -> None:
     """spawn.begin hands the spec over and returns; the fork server's answers
     are matched to the requests in order, whichever start is collected first."""
@@ -281,7 +283,7 @@ def test_starts_are_begun_without_waiting_and_collected_in_any_order(
     procs = []
     for start in reversed(pending):  # the last asked first
         proc, pid = start.collect()
-        assert isinstance(proc, spawn.Forked) and psutil.Process(pid).ppid() == proc.pid
+        assert isinstance(proc, forkclient.Forked) and psutil.Process(pid).ppid() == proc.pid
         spawn.release(proc)
         procs.append(proc)
     for proc in procs:
@@ -291,7 +293,7 @@ def test_starts_are_begun_without_waiting_and_collected_in_any_order(
 
 
 def test_a_start_the_watcher_never_collects_never_runs(
-    server: spawn.ForkServer, tmp_path: Path
+    server: forkclient.ForkServer, tmp_path: Path
 ) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -40,6 +40,7 @@ from hopper.executors.protocol import (
 )
 from hopper.faults import crash_point
 from hopper.proc import identity, spawn, treekill
+from hopper.proc.forkclient import Forked
 from hopper.running import Running, adopt
 from hopper.store import ledger
 from hopper.store.jobfile import LOG_FILE, read_exit
@@ -63,7 +64,7 @@ def _reap_adopted(pid: int | None) -> None:
 
 def _unreported(sup: spawn.Handle | None, generation: int) -> bool:
     """A supervisor forked by the live fork server, which has not reported its exit."""
-    return isinstance(sup, spawn.Forked) and sup.returncode is None and sup.generation == generation
+    return isinstance(sup, Forked) and sup.returncode is None and sup.generation == generation
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import RunSnapshot
 from hopper.core.states import Reason
 from hopper.loopguard import LoopGuard
-from hopper.proc.spawn import ForkServer
+from hopper.proc.forkclient import ForkServer
 from hopper.running import Running
 from hopper.store.layout import Layout
 

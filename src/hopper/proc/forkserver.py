@@ -1,6 +1,6 @@
 """The fork server: one warm process that forks a fresh supervisor per job.
 
-Run by the watcher (proc/spawn.py's :class:`~hopper.proc.spawn.ForkServer`)
+Run by the watcher (proc/forkclient.py's :class:`~hopper.proc.forkclient.ForkServer`)
 as ``python -I -S forkserver.py FD``: standard library only, by path, like
 supervise.py, whose code it imports once at start. A job's supervisor is then
 a ``fork`` of this small, single-threaded process instead of a new interpreter
