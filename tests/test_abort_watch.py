@@ -86,7 +86,8 @@ def test_a_sweep_looks_at_no_marker_while_inotify_watches_them(
     watcher, fake, clock = opened
     run_jobs(layout, watcher, fake, clock, 3)
     looked: list[str] = []
-    monkeypatch.setattr(watcher.runner, "_check_abort", lambda job: looked.append(job.record.id))
+    watch = watcher.runner._watch
+    monkeypatch.setattr(watch, "_check_abort", lambda job: looked.append(job.record.id))
     clock.advance(abort_watch.FULL_SWEEP / 2)  # past a sweep, not the full one
     watcher.turn()
     assert looked == []
@@ -210,13 +211,13 @@ def test_a_turn_writes_only_the_heartbeats_that_are_due(
         submit(layout, clock, f"job{i}", SLEEP)
         turns(watcher, clock, lambda i=i: len(fake.started) == i + 1)  # type: ignore[misc]
     beats: list[str] = []
-    real = watcher.runner._heartbeat
+    real = watcher.runner._watch._heartbeat
 
     def heartbeat(job: Running, mono: float) -> None:
         beats.append(job.record.id)
         real(job, mono)
 
-    monkeypatch.setattr(watcher.runner, "_heartbeat", heartbeat)
+    monkeypatch.setattr(watcher.runner._watch, "_heartbeat", heartbeat)
     jobs = sorted(watcher.runner.running_jobs(), key=lambda j: j.next_heartbeat)
     clock.mono = jobs[0].next_heartbeat  # the first job's heartbeat falls due, no other
     watcher.turn()

@@ -31,8 +31,8 @@ def test_a_turn_with_nothing_due_does_not_watch_the_running_jobs(
         beats.append(job.record.id)
         job.next_heartbeat = mono + 3600  # written: not due again in this test
 
-    monkeypatch.setattr(watcher.runner, "_check_abort", check_abort)
-    monkeypatch.setattr(watcher.runner, "_heartbeat", heartbeat)
+    monkeypatch.setattr(watcher.runner._watch, "_check_abort", check_abort)
+    monkeypatch.setattr(watcher.runner._watch, "_heartbeat", heartbeat)
     for _ in range(5):
         watcher.turn()  # the clock stands still: no sweep, no heartbeat due
     assert aborts == [] and beats == []

@@ -1,10 +1,11 @@
 """The jobs this watcher runs: start them through their executor, watch them, end them.
 
 The shell around the executors (:mod:`hopper.executors.protocol`): it owns
-the set of running jobs and the leases they hold, prepares each start
-(workspace, agent argv, environment), and on every tick asks each executor
-about its jobs, then — once for every executor — checks ABORT markers and
-writes heartbeats. :meth:`Runner.ended` is the one place a job's end is
+the set of running jobs and the leases they hold, hands each start to
+pending_starts.py (workspace, agent argv, environment; the group commit of
+``running`` records), and on every tick asks each executor about its jobs,
+then — once for every executor — has running_watch.py check ABORT markers
+and write heartbeats. :meth:`Runner.ended` is the one place a job's end is
 handled, however it came about: an executor's poll, recovery after a
 restart, a reject, an abort while queued, or another watcher's takeover.
 """
@@ -13,36 +14,29 @@ from __future__ import annotations
 
 import logging
 import os
-import select
 import stat
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 
-from hopper import prepare
-from hopper.abort_watch import AbortWatch
-from hopper.agents.summary import read_live_state
 from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core import lifecycle
-from hopper.core.lifecycle import Heartbeat, Requeued, Step, StopRequested
-from hopper.core.prompt import BadPrompt
+from hopper.core.lifecycle import Requeued, StopRequested
 from hopper.core.record import JobRecord
 from hopper.core.states import Reason, is_terminal
 from hopper.endings import Endings
-from hopper.executors.protocol import Deferred, Ended, Executor, How, Launch, Starting, Tick
-from hopper.heartbeats_due import HeartbeatsDue
+from hopper.executors.protocol import Ended, Executor, How, Starting, Tick
 from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
+from hopper.pending_starts import PendingStarts
 from hopper.running import Running
+from hopper.running_watch import RunningWatch
 from hopper.scaleout import ScaleOut
 from hopper.store import ledger
-from hopper.store.jobfile import ABORT_FILE, EXIT_FILE, read_resources
+from hopper.store.jobfile import EXIT_FILE
 from hopper.store.layout import Layout
 from hopper.store.takeover import taken_by
-from hopper.workspace import WorkspaceFailed
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +71,38 @@ class Runner:
     endings: Endings
     guard: LoopGuard  # one bad job never stops the loop
     _running: dict[str, Running] = field(default_factory=dict)
-    _starting: dict[str, Starting] = field(default_factory=dict)  # begun, not yet released
     _child_exited: bool = True  # set through note_child_exit (the SIGCHLD handler)
     _requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler
     _io_errors: int = 0  # failed writes since start (disk full …), for status reports
     _next_sweep: float = 0.0
-    _beats: HeartbeatsDue = field(default_factory=HeartbeatsDue)  # when each job's is due
-    _aborts: AbortWatch | None = None  # inotify on the running jobs' run dirs, once open
     _groups: dict[str, list[Running]] | None = None  # running jobs by executor (None: stale)
+    _starts: PendingStarts = field(init=False)  # begun, not yet released
+    _watch: RunningWatch = field(init=False)  # ABORT markers and heartbeats of the running
+
+    def __post_init__(self) -> None:
+        self._starts = PendingStarts(
+            self.layout,
+            self.config,
+            self.intake,
+            self.scale,
+            self.guard,
+            self.executor_for,
+            self._track,
+            self._never_ran,
+            self._hand_back,
+        )
+        self._watch = RunningWatch(
+            self.layout.runs,
+            self.config,
+            self.clock,
+            self.guard,
+            self._running,
+            self.request_stop,
+            self.taken,
+        )
 
     def open(self) -> None:
-        self.guard.step("start-up: watch run directories for ABORT", self._watch_aborts)
+        self.guard.step("start-up: watch run directories for ABORT", self._watch.open)
         for name, executor in self.executors.items():
             self.guard.step(f"start-up: executor {name}", executor.open)
 
@@ -95,32 +110,27 @@ class Runner:
         self.guard.step("shut-down: starts on their way", self.finish_starts)
         for name, executor in self.executors.items():
             self.guard.step(f"shut-down: executor {name}", executor.close)
-        if self._aborts is not None:
-            self._aborts.close()
-            self._aborts = None
-
-    def _watch_aborts(self) -> None:
-        aborts = AbortWatch(self.layout.runs)
-        if aborts.why_not is not None:
-            log.info("ABORT markers of running jobs are checked every sweep: %s", aborts.why_not)
-        for job_id, job in self._running.items():
-            aborts.add(job_id, job.run_dir)
-        self._aborts = aborts
+        self._watch.close()
 
     def _track(self, job: Running) -> None:
         """``job`` runs here: its ABORT marker watched, its heartbeat scheduled."""
         self._running[job.record.id] = job
         self._groups = None
-        self._beats.add(job.next_heartbeat, job.record.id)
-        if self._aborts is not None:
-            self._aborts.add(job.record.id, job.run_dir)
+        self._watch.add(job)
 
     def _untrack(self, job_id: str) -> Running | None:
         """``job_id`` runs here no more (its heartbeat entry is dropped when it comes up)."""
-        if self._aborts is not None:
-            self._aborts.remove(job_id)
+        self._watch.remove(job_id)
         self._groups = None
         return self._running.pop(job_id, None)
+
+    def _never_ran(self, end: Ended) -> None:
+        """A start that ended before it ran: filed here, its leases given back."""
+        self.ended(end, leased=True)
+
+    def _hand_back(self, record: JobRecord) -> None:
+        """A start its executor deferred: back to the queue."""
+        self._requeued.append(record)
 
     def executor_for(self, record: JobRecord) -> Executor:
         try:
@@ -146,7 +156,7 @@ class Runner:
 
     def is_tracking(self, job_id: str) -> bool:
         """Is this job running here or on its way to (recovery leaves it alone)?"""
-        return job_id in self._running or job_id in self._starting
+        return job_id in self._running or job_id in self._starts
 
     def take_requeued(self) -> list[JobRecord]:
         """The jobs handed back to the queue since the last call (retries, deferred starts)."""
@@ -165,138 +175,34 @@ class Runner:
         """Failed writes since start (disk full …), for status reports."""
         return self._io_errors
 
-    # -- start ------------------------------------------------------------------
+    # -- start (pending_starts.py) ------------------------------------------------
     def start(self, record: JobRecord) -> bool:
-        """Start a queued job under its executor; False if its leases are taken elsewhere.
-
-        Whatever happens next (it runs, it waits for its executor, it is
-        rejected) is this method's to settle: it never raises.
-        """
-        if not self.scale.acquire(record):
-            return False
-        try:
-            self._start(record)
-        except Exception as exc:  # costs this job, never the loop
-            self._start_failed(record, exc)
-        return True
-
-    def _start_failed(self, record: JobRecord, exc: Exception) -> None:
-        """A start that raised (a write refused, a bug): the job is rejected, leases given back."""
-        bug = "" if isinstance(exc, OSError) else " (a bug in hopper: please report it)"
-        self.guard.report(f"start:{record.id}", exc, what=f"job={record.id} could not start")
-        detail = f"could not start: {exc}{bug}"
-        self.guard.step(
-            f"reject:{record.id}",
-            lambda: self.reject(record, Reason.SPAWN_FAILED, detail, leased=True),
-        )
-
-    def _start(self, record: JobRecord) -> None:
-        run_dir = self.layout.run_dir(record.id)
-        launch = self._launch(record, run_dir)
-        if isinstance(launch, Ended):
-            self.ended(launch, leased=True)
-            return
-        result = self.executor_for(record).start(launch)
-        if isinstance(result, Running):
-            self._track(result)
-        elif isinstance(result, Starting):
-            self._starting[record.id] = result  # finished by settle_starts
-            self.scale.starting.add(record.id)  # its lease is in use, though it is queued
-        elif isinstance(result, Deferred):
-            self.scale.release(record)
-            self._requeued.append(result.record)
-        else:
-            self.ended(result, leased=True)
-
-    def _launch(self, record: JobRecord, run_dir: Path) -> Launch | Ended:
-        try:
-            record = prepare.with_workspace(self.layout, record)
-        except WorkspaceFailed as exc:
-            why = f"{record.inbox_path}: {exc}"
-            return Ended(record, run_dir, How.REJECTED, Reason.WORKSPACE_FAILED, why)
-        try:
-            ready = prepare.prepare(self.layout, self.config, self.intake.agents, record, run_dir)
-        except BadPrompt as exc:
-            why = exc.describe(record.inbox_path)
-            return Ended(record, run_dir, How.REJECTED, Reason.BAD_PROMPT, why)
-        return Launch(record, run_dir, ready.prep, ready.workdir, ready.env, ready.job_vars)
+        """Start a queued job under its executor (pending_starts.py); False if its
+        leases are taken elsewhere. Never raises."""
+        return self._starts.start(record)
 
     @property
     def busy(self) -> int:
         """Jobs holding a slot here: running, and started but not yet released."""
-        return len(self._running) + len(self._starting)
+        return len(self._running) + len(self._starts)
 
     def active(self) -> list[JobRecord]:
         """The records of every job holding a slot here (for the scheduler)."""
-        return [j.record for j in self._running.values()] + [
-            s.record for s in self._starting.values()
-        ]
+        return [j.record for j in self._running.values()] + self._starts.records()
 
     def settle_starts(self, timeout: float = 0.0) -> None:
-        """Finish the starts whose executors have reported (or whose deadline has
-        passed): their ``running`` records are committed in one group commit
-        (store/ledger.py: durable before anything acts on them), then each job
-        is released. Waits up to ``timeout`` for the first report."""
-        if not self._starting:
-            return
-        ready: list[Starting] = list(self._starting.values())
-        try:
-            ready = select.select(ready, [], [], timeout)[0]
-        except (OSError, ValueError):
-            pass  # a descriptor gone bad: collect them all, each fails on its own
-        mono = time.monotonic()  # real time: the executor's deadline is for real processes
-        ready += [s for s in self._starting.values() if s.deadline <= mono and s not in ready]
-        entries: list[tuple[Starting, ledger.Entry]] = []
-        for start in ready:
-            del self._starting[start.record.id]
-            report = self._report(start)
-            if isinstance(report, Ended):
-                self.guard.step(f"reject:{start.record.id}", self._never_ran(report))
-            elif report is not None:
-                entries.append((start, ledger.Entry(start.run_dir, report)))
-        try:
-            self._commit_starts(entries)
-        finally:
-            self.scale.starting.difference_update(s.record.id for s in ready)
-
-    def _commit_starts(self, entries: list[tuple[Starting, ledger.Entry]]) -> None:
-        if not entries:
-            return
-        failed = ledger.commit_batch([e for _, e in entries], crash="start.after_record")
-        errors = {id(f.entry): f.error for f in failed}
-        for start, entry in entries:
-            error = errors.get(id(entry))
-            if error is None:
-                self._track(start.release(entry.step.record))
-            else:
-                start.abandon()
-                self._start_failed(start.record, error)
-
-    def _never_ran(self, end: Ended) -> Callable[[], None]:
-        def handle() -> None:
-            self.ended(end, leased=True)
-
-        return handle
-
-    def _report(self, start: Starting) -> Step | Ended | None:
-        """A start's report; None if collecting it raised (the job is then rejected)."""
-        try:
-            return start.report()
-        except Exception as exc:  # costs this job, never the loop
-            start.abandon()
-            self._start_failed(start.record, exc)
-            return None
+        """Release the starts that have reported, their records in one group commit."""
+        self._starts.settle(timeout)
 
     def finish_starts(self) -> None:
         """Settle every start on its way (before recovery looks at the runs, or at exit)."""
-        while self._starting:
-            self.settle_starts(timeout=0.05)
+        self._starts.finish()
 
     def waiting_on(self) -> list[Starting]:
         """What the loop's sleep should wake for besides its own pipe."""
-        return list(self._starting.values())
+        return self._starts.waiting_on()
 
-    # -- monitor ----------------------------------------------------------------
+    # -- monitor (ABORT markers and heartbeats: running_watch.py) -----------------
     def poll(self) -> None:
         """One pass over the running jobs: each executor looks at its own, then
         ABORT markers (those inotify named, or on a sweep, every SWEEP_INTERVAL
@@ -326,7 +232,7 @@ class Runner:
             for job, reason in polled.stop:
                 if not job.stop_sent and job.record.id in self._running:
                     self.request_stop(job, reason)
-        self._watch_all(tick, failed)
+        self._watch.watch_all(tick, failed)
         for job in failed:
             if _not_a_directory(job.run_dir):
                 self._vanished(job)  # deleted (or swapped for a link) under it: filed lost once
@@ -334,45 +240,6 @@ class Runner:
                 # ENOSPC, EIO, a bad file in its run directory …: keep the job and try
                 # again next tick (logged once); the supervisor's exit.json is durable.
                 self._io_errors += 1
-
-    def _watch_all(self, tick: Tick, failed: list[Running]) -> None:
-        """The ABORT markers to look at now, then the heartbeats that are due.
-
-        Markers: the jobs inotify named, new jobs, and on a sweep the jobs it
-        cannot watch (every job without inotify); heartbeats: popped from a
-        heap. A turn woken for anything else (a claim, a start reporting)
-        does no per-job work, however many jobs run.
-        """
-        skip = {j.record.id for j in failed}
-        if self._aborts is not None:
-            due = self._aborts.due(tick.monotonic, sweep=tick.sweep)
-        else:
-            due = None if tick.sweep else set()
-        marked = self._running.keys() if due is None else due
-        for job_id in list(marked):
-            job = self._running.get(job_id)
-            if job is None or job.stop_sent or job_id in skip:
-                continue
-            if not self._step(job, partial(self._check_abort, job)):
-                failed.append(job)
-                skip.add(job_id)
-        if self._beats.next_due() > tick.monotonic:
-            return
-        again: dict[str, float] = {}  # not written this turn: due again next turn
-        for due_at, job_id in self._beats.pop_due(tick.monotonic):
-            job = self._running.get(job_id)
-            if job is None or job.next_heartbeat != due_at or job_id in again:
-                continue  # ended, already beaten, or a duplicate: a stale entry
-            if job_id in skip or not self._step(job, partial(self._heartbeat, job, tick.monotonic)):
-                if job_id not in skip:
-                    failed.append(job)
-                again[job_id] = due_at
-        for job_id, due_at in again.items():
-            self._beats.add(due_at, job_id)
-
-    def _step(self, job: Running, step: Callable[[], None]) -> bool:
-        job_id = job.record.id
-        return self.guard.step(f"watch:{job_id}", step, what=f"job={job_id} cannot be watched")
 
     def _settle(self, end: Ended, failed: list[Running]) -> None:
         """Handle one end a poll reported; if that fails, keep the job for the next tick."""
@@ -389,26 +256,6 @@ class Runner:
             if end.job_id not in self._running:
                 self._track(job)  # tried again next tick
             failed.append(job)
-
-    def _check_abort(self, job: Running) -> None:
-        """ABORT, the same for every executor."""
-        if not job.stop_sent and (job.run_dir / ABORT_FILE).exists():
-            self.request_stop(job, Reason.ABORTED)
-
-    def _heartbeat(self, job: Running, mono: float) -> None:
-        """The heartbeat, the same for every executor; the next one scheduled."""
-        if self.taken(job):
-            return
-        fact = Heartbeat(
-            self.clock.now(),
-            resources=read_resources(job.run_dir),  # the supervisor's latest
-            live=read_live_state(job.run_dir),  # an agent's live state, if any
-        )
-        job.record = ledger.commit(
-            job.run_dir, lifecycle.heartbeat(job.record, fact), durable=False
-        )
-        job.next_heartbeat = mono + self.config.heartbeat_interval
-        self._beats.add(job.next_heartbeat, job.record.id)
 
     def taken(self, job: Running) -> bool:
         """Has another watcher taken this job over (we were stopped too long)? Then drop it.

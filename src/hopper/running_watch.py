@@ -1,0 +1,131 @@
+"""The running jobs' ABORT markers and heartbeats, minded once for every executor.
+
+The runner owns the running set; this looks after each job in it between
+polls: the markers inotify named (or, on a sweep, every marker it cannot
+watch; abort_watch.py) and the heartbeats that are due (a heap;
+heartbeats_due.py). A turn woken for anything else (a claim, a start
+reporting) does no per-job work, however many jobs run. Stopping a job and
+noticing a takeover are the runner's (:meth:`Runner.request_stop
+<hopper.runner.Runner.request_stop>`, :meth:`Runner.taken
+<hopper.runner.Runner.taken>`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from hopper.abort_watch import AbortWatch
+from hopper.agents.summary import read_live_state
+from hopper.clock import Clock
+from hopper.config import Config
+from hopper.core import lifecycle
+from hopper.core.lifecycle import Heartbeat
+from hopper.core.states import Reason
+from hopper.executors.protocol import Tick
+from hopper.heartbeats_due import HeartbeatsDue
+from hopper.loopguard import LoopGuard
+from hopper.running import Running
+from hopper.store import ledger
+from hopper.store.jobfile import ABORT_FILE, read_resources
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunningWatch:
+    runs: Path  # the root's runs/ directory: where the run directories are
+    config: Config
+    clock: Clock
+    guard: LoopGuard  # one bad job never stops the loop
+    running: Mapping[str, Running]  # the runner's running set, read here
+    stop: Callable[[Running, Reason], None]  # the runner's request_stop
+    taken: Callable[[Running], bool]  # the runner's: taken over (then dropped)?
+    _beats: HeartbeatsDue = field(default_factory=HeartbeatsDue)  # when each job's is due
+    _aborts: AbortWatch | None = None  # inotify on the running jobs' run dirs, once open
+
+    def open(self) -> None:
+        aborts = AbortWatch(self.runs)
+        if aborts.why_not is not None:
+            log.info("ABORT markers of running jobs are checked every sweep: %s", aborts.why_not)
+        for job_id, job in self.running.items():
+            aborts.add(job_id, job.run_dir)
+        self._aborts = aborts
+
+    def close(self) -> None:
+        if self._aborts is not None:
+            self._aborts.close()
+            self._aborts = None
+
+    def add(self, job: Running) -> None:
+        """``job`` runs here: its ABORT marker watched, its heartbeat scheduled."""
+        self._beats.add(job.next_heartbeat, job.record.id)
+        if self._aborts is not None:
+            self._aborts.add(job.record.id, job.run_dir)
+
+    def remove(self, job_id: str) -> None:
+        """``job_id`` runs here no more (its heartbeat entry is dropped when it comes up)."""
+        if self._aborts is not None:
+            self._aborts.remove(job_id)
+
+    def watch_all(self, tick: Tick, failed: list[Running]) -> None:
+        """The ABORT markers to look at now, then the heartbeats that are due.
+
+        Markers: the jobs inotify named, new jobs, and on a sweep the jobs it
+        cannot watch (every job without inotify); heartbeats: popped from a
+        heap. A turn woken for anything else (a claim, a start reporting)
+        does no per-job work, however many jobs run.
+        """
+        skip = {j.record.id for j in failed}
+        if self._aborts is not None:
+            due = self._aborts.due(tick.monotonic, sweep=tick.sweep)
+        else:
+            due = None if tick.sweep else set()
+        marked = self.running.keys() if due is None else due
+        for job_id in list(marked):
+            job = self.running.get(job_id)
+            if job is None or job.stop_sent or job_id in skip:
+                continue
+            if not self._step(job, partial(self._check_abort, job)):
+                failed.append(job)
+                skip.add(job_id)
+        if self._beats.next_due() > tick.monotonic:
+            return
+        again: dict[str, float] = {}  # not written this turn: due again next turn
+        for due_at, job_id in self._beats.pop_due(tick.monotonic):
+            job = self.running.get(job_id)
+            if job is None or job.next_heartbeat != due_at or job_id in again:
+                continue  # ended, already beaten, or a duplicate: a stale entry
+            if job_id in skip or not self._step(job, partial(self._heartbeat, job, tick.monotonic)):
+                if job_id not in skip:
+                    failed.append(job)
+                again[job_id] = due_at
+        for job_id, due_at in again.items():
+            self._beats.add(due_at, job_id)
+
+    def _step(self, job: Running, step: Callable[[], None]) -> bool:
+        job_id = job.record.id
+        return self.guard.step(f"watch:{job_id}", step, what=f"job={job_id} cannot be watched")
+
+    def _check_abort(self, job: Running) -> None:
+        """ABORT, the same for every executor."""
+        if not job.stop_sent and (job.run_dir / ABORT_FILE).exists():
+            self.stop(job, Reason.ABORTED)
+
+    def _heartbeat(self, job: Running, mono: float) -> None:
+        """The heartbeat, the same for every executor; the next one scheduled."""
+        if self.taken(job):
+            return
+        fact = Heartbeat(
+            self.clock.now(),
+            resources=read_resources(job.run_dir),  # the supervisor's latest
+            live=read_live_state(job.run_dir),  # an agent's live state, if any
+        )
+        job.record = ledger.commit(
+            job.run_dir, lifecycle.heartbeat(job.record, fact), durable=False
+        )
+        job.next_heartbeat = mono + self.config.heartbeat_interval
+        self._beats.add(job.next_heartbeat, job.record.id)
