@@ -228,6 +228,13 @@ class Config(BaseModel):
         1.0, gt=0, description="how often a job's supervisor measures CPU, memory and output"
     )
     heartbeat_interval: Seconds = Field(5.0, gt=0)
+    heartbeat_rate: float = Field(
+        40.0,
+        gt=0,
+        description="at most this many running jobs' heartbeats a second per watcher: with "
+        "more jobs running than heartbeat_rate x heartbeat_interval, each job's heartbeat "
+        "comes every running/heartbeat_rate seconds (at most host_dead_after/3)",
+    )
     host_dead_after: Seconds = Field(
         60.0,
         gt=0,

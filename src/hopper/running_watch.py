@@ -127,5 +127,10 @@ class RunningWatch:
         job.record = ledger.commit(
             job.run_dir, lifecycle.heartbeat(job.record, fact), durable=False
         )
-        job.next_heartbeat = mono + self.config.heartbeat_interval
-        self._beats.add(job.next_heartbeat, job.record.id)
+        job.next_heartbeat = self._beats.schedule(
+            job.record.id,
+            mono,
+            interval=self.config.heartbeat_interval,
+            rate=self.config.heartbeat_rate,
+            longest=self.config.host_dead_after / 3,
+        )
