@@ -234,6 +234,7 @@ class ModelServer:
         self.deltas_sent = 0  # streamed text/tool deltas written to clients so far
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self.stopping = threading.Event()  # set by stop: a scripted delay ends at once
 
     # -- lifecycle
     def start(self) -> ModelServer:
@@ -249,6 +250,7 @@ class ModelServer:
         return self
 
     def stop(self) -> None:
+        self.stopping.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -363,8 +365,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
     def _event(self, name: str, data: dict[str, Any], delay: float = 0.0) -> None:
-        if delay:
-            time.sleep(delay)
+        if delay and self.srv.stopping.wait(delay):
+            return  # the server is stopping: the client is not waiting for this any more
         self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
         if name.endswith("delta") and name != "message_delta":
             self.srv._delta_sent()

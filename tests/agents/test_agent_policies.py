@@ -110,12 +110,12 @@ def test_on_dead(
 
 CHILD_HOLDS_STDOUT = textwrap.dedent(
     """\
-    import subprocess, sys, time
+    import signal, subprocess, sys
     child = subprocess.Popen(["sleep", "300"])  # inherits stdout: the pipe stays open
     with open(sys.argv[1], "w") as f:
         f.write(str(child.pid))
     print("working on it", flush=True)
-    time.sleep(300)
+    signal.pause()  # silent until the idle stop's signal ends it
     """
 )
 

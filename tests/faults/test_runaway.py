@@ -38,7 +38,7 @@ while time.time() < end:
     os.setsid()
     if os.path.exists(probe):
         open(echo, "w").close()
-    time.sleep(0.002)
+    time.sleep(0.002)  # the escapee's own pace, a fork every 2 ms: nothing the test waits on
 """
 
 
