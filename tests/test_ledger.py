@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 import threading
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -58,10 +60,16 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
         seen.append(("event", f"{run_dir.name}:{name}"))
         real_append(run_dir, name, at, **fields)
 
-    real_append = ledger.append_event
+    def notes(dir_fd: int, lines: Sequence[bytes]) -> None:
+        run_dir = os.readlink(f"/proc/self/fd/{dir_fd}")
+        seen.extend(("event", f"{Path(run_dir).name}:{json.loads(x)['event']}") for x in lines)
+        real_appends(dir_fd, lines)
+
+    real_append, real_appends = ledger.append_event, ledger.append_events
     monkeypatch.setattr(ledger.os, "fsync", fsync)
     monkeypatch.setattr(ledger.os, "replace", replace)
     monkeypatch.setattr(ledger, "append_event", note)
+    monkeypatch.setattr(ledger, "append_events", notes)
     return seen
 
 
@@ -95,6 +103,36 @@ def test_a_batch_of_one_is_the_old_durable_write(
     assert ledger.commit(tmp_path, step("a", 1, "queued")).priority == 1
     assert [k for k, _ in calls] == ["fsync-file", "rename", "fsync-dir", "event"]
     assert read_events(tmp_path)[0] == {"ts": NOW.isoformat(), "event": "queued", "p": 1}
+
+
+def test_an_entrys_events_are_appended_with_one_open_and_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "events.jsonl").write_text('{"event": "before"}\n')
+    writes: list[tuple[str, bytes]] = []
+    real_write = os.write
+
+    def write(fd: int, data: bytes) -> int:
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        if name.endswith("events.jsonl"):
+            writes.append((Path(name).parent.name, bytes(data)))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write)
+    failed = ledger.commit_batch(
+        [Entry(a, step("a", 1, "claimed", "queued", "started")), Entry(b, step("b", 2, "x"))]
+    )
+    assert failed == []
+    assert [d for d, _ in writes] == ["a", "b"]  # one write(2) per entry, not per event
+    assert [e["event"] for e in read_events(a)] == ["before", "claimed", "queued", "started"]
+    expected = b"".join(
+        json.dumps({"ts": NOW.isoformat(), "event": n, "p": 1}).encode() + b"\n"
+        for n in ("claimed", "queued", "started")
+    )
+    assert writes[0][1] == expected  # the lines append_event writes, byte for byte
 
 
 def test_not_durable_skips_every_fsync(tmp_path: Path, calls: list[tuple[str, str]]) -> None:

@@ -16,7 +16,8 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "hopper"
 
-WRITERS = frozenset({"write_record", "append_event"})  # store/jobfile.py's low-level writers
+# store/jobfile.py's low-level writers
+WRITERS = frozenset({"write_record", "append_event", "append_events"})
 LEDGER = frozenset({"store/ledger.py", "store/jobfile.py"})
 # Other processes, each appending its own events (they cannot call into the watcher).
 OTHER_PROCESSES = frozenset({"proc/supervise.py", "agents/drive.py"})

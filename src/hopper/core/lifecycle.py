@@ -111,9 +111,14 @@ def revise(record: JobRecord, **update: object) -> JobRecord:
     Raises pydantic's ValidationError for an unknown field or a value of the
     wrong type (a string where a state or a number belongs). Private to this
     module in spirit: the shell changes records through the transitions below.
+
+    The fields are taken from the record's ``__dict__``: the same mapping
+    ``dict(record)`` builds (a JobRecord forbids extras and has no private
+    fields), without pydantic's per-field iterator, which cost more than the
+    validation itself (~35 of ~75 µs per transition; tests/test_revise_fast.py
+    checks the two agree byte for byte).
     """
-    data: dict[str, Any] = dict(record)
-    data.update(update)
+    data: dict[str, Any] = {**record.__dict__, **update}
     return JobRecord.model_validate(data, strict=True)
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hopper.errors import JobFileCorrupt
-from hopper.store.atomic import append_line, write_atomic
+from hopper.store.atomic import append_line, open_regular, write_atomic
 from hopper.store.saferead import (
     RECORD_LIMIT,
     SMALL_LIMIT,
@@ -105,8 +105,31 @@ def read_resources(run_dir: Path) -> Resources | None:
 
 def append_event(run_dir: Path, event: str, now: datetime, **fields: Any) -> None:
     """One JSON object on one line: ``{"ts": …, "event": …, …fields}``."""
+    append_line(run_dir / EVENTS_FILE, event_line(event, now, fields))
+
+
+def event_line(event: str, now: datetime, fields: Mapping[str, Any]) -> bytes:
+    """The line :func:`append_event` writes, without its newline."""
     payload = {"ts": now.isoformat(), "event": event, **fields}
-    append_line(run_dir / EVENTS_FILE, json.dumps(payload, default=str).encode())
+    return json.dumps(payload, default=str).encode()
+
+
+def append_events(dir_fd: int, lines: Sequence[bytes]) -> None:
+    """Append several event lines to the events.jsonl of the run directory
+    ``dir_fd`` (opened ``O_NOFOLLOW``) with one open and one write(2).
+
+    O_APPEND: the lines land together, after whatever is there, never
+    interleaved with another writer's line; the file is opened as
+    :func:`hopper.store.atomic.append_line` opens it (never through a link).
+    """
+    if not lines:
+        return
+    data = b"".join(line + b"\n" for line in lines)
+    fd = open_regular(EVENTS_FILE, dir_fd, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def read_events(run_dir: Path) -> list[dict[str, Any]]:

@@ -10,8 +10,9 @@ this order, before anything acts on them:
 4. each run directory touched is fsynced once (the renames are durable);
 5. a crash point, if the caller named one (faults.py: "the record is
    durable, nothing acted on it yet");
-6. the events are appended to events.jsonl (one write(2) per line, not
-   fsynced: a lost event is noted again by recovery or is history only).
+6. each entry's events are appended to its events.jsonl, all of them with
+   one open and one write(2) through the directory descriptor of step 1
+   (not fsynced: a lost event is noted again by recovery or is history only).
 
 A batch of one is exactly the old write-temp-fsync-replace-fsync-dir; a
 batch of many pays one fsync per file and one per directory, the group
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -41,7 +42,7 @@ from hopper.core.lifecycle import Event, Step
 from hopper.core.record import JobRecord
 from hopper.faults import crash_point
 from hopper.store.atomic import displace, open_dir, temp_name
-from hopper.store.jobfile import JOB_FILE, append_event
+from hopper.store.jobfile import JOB_FILE, append_event, append_events, event_line
 
 
 @dataclass(frozen=True)
@@ -92,42 +93,42 @@ def commit_batch(entries: Sequence[Entry], *, crash: str | None = None) -> list[
     staged: list[_Staged] = []
     failed: list[Failed] = []
     try:
-        for entry in entries:
-            item = _stage(entry, dirs)
-            if item.error is not None:
-                failed.append(Failed(entry, item.error))
-            else:
-                staged.append(item)
-        _each(_sync_file, staged)
+        try:
+            for entry in entries:
+                item = _stage(entry, dirs)
+                if item.error is not None:
+                    failed.append(Failed(entry, item.error))
+                else:
+                    staged.append(item)
+            _each(_sync_file, staged)
+            for item in staged:
+                if item.error is None:
+                    _rename(item)
+            _sync_dirs(staged, dirs)
+            for item in staged:
+                if item.error is not None:
+                    failed.append(Failed(item.entry, item.error))
+        finally:
+            for item in staged:
+                if item.fd is not None:
+                    os.close(item.fd)
+        if crash is not None and any(item.error is None for item in staged):
+            crash_point(crash)
         for item in staged:
-            if item.error is None:
-                _rename(item)
-        _sync_dirs(staged, dirs)
-        for item in staged:
-            if item.error is not None:
-                failed.append(Failed(item.entry, item.error))
+            if item.error is None and item.entry.step.events:
+                try:  # through the directory descriptor the record went through
+                    append_events(item.dir_fd, [_line(e) for e in item.entry.step.events])
+                except OSError as exc:
+                    failed.append(Failed(item.entry, exc))
     finally:
-        for item in staged:
-            if item.fd is not None:
-                os.close(item.fd)
         for fd in dirs.values():
             os.close(fd)
-    if crash is not None and any(item.error is None for item in staged):
-        crash_point(crash)
-    done = [item.entry for item in staged if item.error is None]
-    for entry in done:
-        try:
-            append(entry.run_dir, entry.step.events)
-        except OSError as exc:
-            failed.append(Failed(entry, exc))
     order = {id(e): i for i, e in enumerate(entries)}
     return sorted(failed, key=lambda f: order[id(f.entry)])
 
 
-def append(run_dir: Path, events: Iterable[Event]) -> None:
-    """Append events to the job's events.jsonl (no record change)."""
-    for event in events:
-        append_event(run_dir, event.name, event.at, **event.fields)
+def _line(event: Event) -> bytes:
+    return event_line(event.name, event.at, event.fields)
 
 
 def note(run_dir: Path, name: str, at: datetime, **fields: object) -> None:
