@@ -3,10 +3,13 @@ global schedule counts, exclusive creation, slot leases and takeover markers."""
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from hopper.core.hosts import Beat, HostView, host_dead, pulse_stale
 from hopper.core.record import ExitStatus, JobRecord
@@ -148,6 +151,32 @@ def test_slot_leases_acquire_sweep_release(tmp_path: Path) -> None:
     assert a.count("all") == 2
     a.release_job("j2", ["all"], 0.0)
     assert sorted(lease.job_id for lease in a.holders("all", 0.0)) == ["j3"]
+
+
+def test_a_lease_released_by_name_reads_no_other_and_spares_a_retaken_slot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leases = SlotLeases(Layout(tmp_path), "h:1:1.0", "h")
+    scopes = [Scope("all", 4), Scope(scope_name("agent", "bash"), 4)]
+    j1 = leases.acquire("j1", scopes, 0.0, lambda _: True)
+    j2 = leases.acquire("j2", scopes, 0.0, lambda _: True)
+    assert j1 is not None and j2 is not None
+
+    def no_listing(*_: object) -> list[Lease]:
+        raise AssertionError("release by name read the scope's leases")
+
+    monkeypatch.setattr(leases, "holders", no_listing)
+    leases.release_taken("j1", j1)
+    monkeypatch.undo()
+    assert [lease.job_id for lease in leases.holders("all", 0.0)] == ["j2"]
+    assert [lease.job_id for lease in leases.holders(scopes[1].name, 0.0)] == ["j2"]
+    # j2's slot reclaimed by another watcher and taken by j3: j2's release leaves it
+    j2[0].unlink()
+    assert create_exclusive(j2[0], b'{"job": "j3", "owner": "other:2:2.0", "host": "other"}')
+    leases.release_taken("j2", j2)
+    assert [lease.job_id for lease in leases.holders("all", 0.0)] == ["j3"]
+    assert leases.count(scopes[1].name) == 0
+    assert not [n for n in os.listdir(j2[0].parent) if n.startswith(".")]  # nothing left aside
 
 
 def test_a_lease_in_every_scope_or_none(tmp_path: Path) -> None:

@@ -66,6 +66,9 @@ class ScaleOut:
         self._dead: set[str] = set()
         self._next_sweep: dict[str, float] = {}
         self.starting: set[str] = set()  # ids the runner is starting: queued, lease held
+        # The leases this watcher took, by job: released by name, without reading
+        # every lease of the scope (jobs adopted after a restart are not here).
+        self._taken: dict[str, list[Path]] = {}
 
     # -- heartbeats -------------------------------------------------------------
     def start(self) -> None:
@@ -192,7 +195,10 @@ class ScaleOut:
     def acquire(self, record: JobRecord) -> bool:
         """A lease in every scope of ``record``, or none (then it waits)."""
         taken = self.leases.acquire(record.id, self.scopes(record), self.clock.time(), self.valid)
-        return taken is not None
+        if taken is None:
+            return False
+        self._taken[record.id] = taken
+        return True
 
     def released(self, before: Mapping[str, JobRecord], running: Collection[str]) -> None:
         """Give back the leases of the jobs in ``before`` that no longer run."""
@@ -201,6 +207,10 @@ class ScaleOut:
                 self.release(record)
 
     def release(self, record: JobRecord) -> None:
+        taken = self._taken.pop(record.id, None)
+        if taken is not None:
+            self.leases.release_taken(record.id, taken)
+            return
         names = [s.name for s in self.scopes(record)]
         self.leases.release_job(record.id, names, self.clock.time())
 

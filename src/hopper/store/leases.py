@@ -196,6 +196,12 @@ class SlotLeases:
             except FileNotFoundError:
                 pass
 
+    def release_taken(self, job_id: str, paths: Iterable[Path]) -> None:
+        """Drop the leases :meth:`acquire` gave ``job_id``, by name: each is removed
+        only if it still names the job (:func:`_reclaim`), no other lease is read."""
+        for path in paths:
+            _reclaim(Lease(path, job_id, self.owner, self.host, 0.0))
+
     def release_job(self, job_id: str, scopes: Iterable[str], now: float) -> None:
         """Drop every lease ``job_id`` holds in ``scopes`` (reads at most a limit's files)."""
         for scope in scopes:
