@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import pytest
 
@@ -216,3 +216,23 @@ def test_hooks_log_symlink_is_not_written_through(
     (run_dir,) = list(layout.runs.iterdir())
     assert outside.read_text() == ""
     assert (run_dir / "hooks.log").read_text() == "hello\n"
+
+
+def test_no_hooks_configured_expands_no_templates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16: a job's end without hooks does no hook work (templates, job values)."""
+    from hopper.clock import SystemClock
+    from hopper.config import Config
+    from hopper.endings import Endings
+    from hopper.hooks import HookRunner
+    from hopper.intake import Intake
+
+    def expanded(*_: object) -> list[object]:
+        raise AssertionError("calls_for ran with no hooks configured")
+
+    monkeypatch.setattr("hopper.endings.calls_for", expanded)
+    runner = HookRunner(SystemClock())
+    endings = Endings(Config(), cast(Intake, None), SystemClock(), runner, {})
+    endings.run_hooks(record(JobState.SUCCEEDED, Reason.COMPLETED), tmp_path)
+    assert runner.pending() == 0

@@ -274,4 +274,5 @@ class Endings:
             webhook=conf.webhook,
             timeout=conf.timeout,
         )
-        self.hooks.submit(calls_for(record, run_dir, hooks))
+        if hooks.on_success or hooks.on_failure or hooks.on_finish or hooks.webhook:
+            self.hooks.submit(calls_for(record, run_dir, hooks))  # else no templates to expand
