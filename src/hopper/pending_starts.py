@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import select
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from hopper.core.lifecycle import Step
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import JobRecord
 from hopper.core.states import Reason
+from hopper.executors.local import LocalExecutor, LocalStart
 from hopper.executors.protocol import Deferred, Ended, Executor, How, Launch, Starting
 from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
@@ -45,6 +46,8 @@ class PendingStarts:
     never_ran: Callable[[Ended], None]  # it ends before it ran: the runner files it, leased
     handed_back: Callable[[JobRecord], None]  # its executor deferred it: back to the queue
     _starting: dict[str, Starting] = field(default_factory=dict)  # begun, not yet released
+    _ahead: LocalStart | None = None  # begun for the next job while every slot is busy
+    _no_ahead: str | None = None  # the job whose start ahead failed: left to its real start
 
     def __len__(self) -> int:
         return len(self._starting)
@@ -61,13 +64,75 @@ class PendingStarts:
         Whatever happens next (it runs, it waits for its executor, it is
         rejected) is this method's to settle: it never raises.
         """
+        ahead = self._take_ahead(record)
         if not self.scale.acquire(record):
+            self._ahead = ahead  # kept for when a slot is ours
             return False
+        if ahead is not None:
+            self._starting[record.id] = ahead  # its supervisor is (being) forked: settle goes on
+            self.scale.starting.add(record.id)
+            return True
         try:
             self._start(record)
         except Exception as exc:  # costs this job, never the loop
             self._start_failed(record, exc)
         return True
+
+    # -- a start ahead: the next job's supervisor forked while the slots are busy ----------
+    def start_ahead(self, record: JobRecord) -> None:
+        """Begin ``record``'s start while every slot is busy, holding no slot and no lease.
+
+        Its workspace-free launch is prepared and its supervisor forked with the
+        job gated (proc/spawn.py), so when a slot frees and the scheduler picks
+        this job, :meth:`start` has only the ``running`` commit and the release
+        left. Nothing is recorded: the job stays queued, and a crash now is the
+        crash point ``start.after_spawn`` (the supervisor, seeing EOF, kills the
+        gated job; recovery ends stale supervisors and takes the job as queued).
+        Only local jobs without a workspace (a worktree is real work, other
+        executors submit or create things); one job ahead at a time; a start
+        ahead that fails is left to the job's real start, which files it.
+        """
+        if self._ahead is not None or record.id in self._starting or record.id == self._no_ahead:
+            return
+        if record.executor != "local" or record.workspace != "none":
+            return
+        executor = self.executor_for(record)
+        if not isinstance(executor, LocalExecutor):
+            return
+        self._no_ahead = record.id  # until it is begun: a failure is not retried every turn
+        run_dir = self.layout.run_dir(record.id)
+        launch = self._launch(record, run_dir)
+        if isinstance(launch, Ended):
+            return
+        result = executor.start(launch)
+        if isinstance(result, LocalStart):
+            self._ahead, self._no_ahead = result, None
+
+    def keep_ahead(self, queued: Mapping[str, JobRecord]) -> None:
+        """Withdraw the start ahead unless its job is still queued here, unchanged."""
+        ahead = self._ahead
+        if ahead is not None and queued.get(ahead.record.id) != ahead.record:
+            self.drop_ahead(ahead.record.id)
+
+    def drop_ahead(self, job_id: str) -> None:
+        """``job_id`` leaves the queue another way (aborted, failed, taken over):
+        withdraw its start ahead, if it has one, before anything else touches its run."""
+        ahead = self._ahead
+        if ahead is not None and ahead.record.id == job_id:
+            self._ahead = None
+            self.guard.step(f"withdraw:{job_id}", ahead.pending.withdraw)
+
+    def _take_ahead(self, record: JobRecord) -> LocalStart | None:
+        """The start ahead for ``record`` if there is one begun from this very record;
+        a start ahead for an older version of it (its priority changed) is withdrawn."""
+        ahead = self._ahead
+        if ahead is None or ahead.record.id != record.id:
+            return None
+        self._ahead = None
+        if ahead.record != record:
+            self.guard.step(f"withdraw:{record.id}", ahead.pending.withdraw)
+            return None
+        return ahead
 
     def _start_failed(self, record: JobRecord, exc: Exception) -> None:
         """A start that raised (a write refused, a bug): the job is rejected, leases given back."""
@@ -168,7 +233,10 @@ class PendingStarts:
             return None
 
     def finish(self) -> None:
-        """Settle every start on its way (before recovery looks at the runs, or at exit)."""
+        """Settle every start on its way (before recovery looks at the runs, or at exit);
+        a start ahead is withdrawn (its job stays queued)."""
+        if self._ahead is not None:
+            self.drop_ahead(self._ahead.record.id)
         while self._starting:
             self.settle(timeout=0.05)
 

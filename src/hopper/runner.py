@@ -190,6 +190,16 @@ class Runner:
         """The records of every job holding a slot here (for the scheduler)."""
         return [j.record for j in self._running.values()] + self._starts.records()
 
+    def start_ahead(self, record: JobRecord) -> None:
+        """Fork the next job's supervisor while every slot is busy (pending_starts.py)."""
+        self._starts.start_ahead(record)
+
+    def keep_ahead(self, queued: Mapping[str, JobRecord]) -> None:
+        self._starts.keep_ahead(queued)
+
+    def drop_ahead(self, job_id: str) -> None:
+        self._starts.drop_ahead(job_id)
+
     def settle_starts(self, timeout: float = 0.0) -> None:
         """Release the starts that have reported, their records in one group commit."""
         self._starts.settle(timeout)

@@ -78,6 +78,7 @@ class Starts:
         holder = taken_by(self.layout.run_dir(job_id), record.owner, self.owner)
         if holder is None:
             return True
+        self.runner.drop_ahead(job_id)
         self.queued.pop(job_id, None)
         log.warning(
             "job=%s was taken over by %s while this watcher was silent; leaving it to them",
@@ -118,6 +119,7 @@ class Starts:
             if record is None or not self.mine(failure.job_id, record):
                 continue
             del self.queued[failure.job_id]
+            self.runner.drop_ahead(failure.job_id)
             self.guard.step(
                 f"reject:{failure.job_id}",
                 lambda f=failure, r=record: self._reject(f.job_id, r, f.reason, f.detail),  # type: ignore[misc]
@@ -131,6 +133,26 @@ class Starts:
             del self.queued[job_id]
             if not self.runner.start(record):
                 self.queued[job_id] = record  # another watcher took the slot first
+
+    def start_ahead(self) -> None:
+        """With every slot busy, begin the next job's start ahead (pending_starts.py).
+
+        Called at the end of a turn, after the turn's starts were released: at
+        one slot the next job's supervisor is then forked while the job before
+        it runs, and when that one ends only the ``running`` commit and the
+        release are left. The next job is the first plain one in start order
+        (no session or ``after``, nothing paused); when the queue holds jobs
+        the scheduler orders otherwise, none is begun. A start ahead whose job
+        left the queue or changed is withdrawn here, before another is begun.
+        """
+        self.runner.keep_ahead(self.queued)
+        if not self.queued or self.runner.busy < self.config.max_parallel:
+            return  # nothing to run next, or a slot is free: the next turn starts it
+        if self.queued.special():
+            return
+        first = self.queued.first(1)
+        if first and first[0].id not in self.paused:
+            self.runner.start_ahead(first[0])
 
     def _sweep_markers(self) -> bool:
         """ABORT and PRIORITY markers of queued jobs; True when a pass has just ended.
@@ -165,6 +187,7 @@ class Starts:
             run_dir = self.layout.run_dir(job_id)
             if (run_dir / ABORT_FILE).exists():
                 if self.mine(job_id, queued):
+                    self.runner.drop_ahead(job_id)
                     self.runner.abort_queued(self.queued.pop(job_id))
                 continue
             self.guard.step(

@@ -266,6 +266,9 @@ class Watcher:
             # A slot just freed: fill it now, not a poll_interval later.
             self._guarded("start", self.starts.start_queued)
         self._guarded("starts", self.runner.settle_starts)
+        if not self.flags.stop and self.degraded is None:
+            # Every slot busy: the next job's supervisor is forked while they run.
+            self._guarded("start ahead", self.starts.start_ahead)
 
     def _beat(self, *, force: bool = False) -> None:
         """Our heartbeat file; a host that just died is reconciled at once.

@@ -31,6 +31,8 @@ from hopper.proc.protocol import LaunchSpec as LaunchSpec  # the spec, for calle
 
 # Run by path, never imported here: importing it would put its directory on sys.path.
 SUPERVISOR_SCRIPT = Path(__file__).with_name("supervise.py")
+EXIT_RECORD = "exit.json"  # what a supervisor writes last (supervise.py's EXIT_FILE)
+WITHDRAW_WAIT = 5.0  # seconds a withdrawn supervisor gets to record started=false and exit
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +109,7 @@ class Pending:
     ) -> None:
         self.run_dir, self._payload, self._server = run_dir, payload, server
         self._request, self._proc = request, proc
+        self._pid: int | None = None  # once collected
         self.deadline = request.deadline if request is not None else time.monotonic()
 
     def fileno(self) -> int:
@@ -116,7 +119,8 @@ class Pending:
         return self._proc.stdout.fileno()
 
     def collect(self) -> tuple[Supervisor, int]:
-        """The supervisor and the job's pid (the job gated); raises :class:`SpawnFailed`."""
+        """The supervisor and the job's pid (the job gated); raises :class:`SpawnFailed`.
+        A second call returns the same two."""
         proc = self._proc
         if proc is None:
             assert self._request is not None and self._server is not None
@@ -129,7 +133,9 @@ class Pending:
                 log.warning("%s; booting a supervisor instead", exc)
                 proc = _launch(self.run_dir, self._payload, None)
             self._proc, self._request = proc, None
-        return proc, read_pid(proc)
+        if self._pid is None:
+            self._pid = read_pid(proc)
+        return proc, self._pid
 
     def abandon(self) -> None:
         """Never collected (the watcher is going away): the gated job is never released."""
@@ -137,6 +143,24 @@ class Pending:
             _hang_up(self._request.channel, self.deadline)
         elif self._proc is not None:
             _close(self._proc)
+
+    def withdraw(self, timeout: float = WITHDRAW_WAIT) -> None:
+        """Never to be released, and the run directory left as a queued job's: the
+        supervisor is told no, waited for (killed after ``timeout``), and the
+        ``started: false`` exit.json it wrote is removed, so the job can be
+        started afresh later without a stale exit record beside it."""
+        try:
+            proc, _ = self.collect()
+        except SpawnFailed:
+            proc = None  # no supervisor came up, or it was ended: nothing runs
+        if proc is not None:
+            _close(proc)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()  # stuck writing its record (a full disk): gone, gate and all
+                proc.wait()
+        (self.run_dir / EXIT_RECORD).unlink(missing_ok=True)
 
 
 def _hang_up(channel: socket.socket, deadline: float) -> None:
