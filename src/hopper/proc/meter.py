@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING or __package__:
     from hopper.proc import proctree
-    from hopper.proc.rundir import RunDir
+    from hopper.proc.rundir import RunDir, Stamp
 else:  # run by path under -I -S: siblings (supervise.py put this directory on sys.path)
     import proctree
-    from rundir import RunDir
+    from rundir import RunDir, Stamp
 
 RESOURCES_FILE = "resources.json"
+REWRITE_EVERY = 30  # unchanged figures are rewritten anyway every this many samples
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 
@@ -65,6 +66,9 @@ class Meter:
         self.peak_rss = 0
         self.processes = 0
         self.samples = 0
+        self.written = b""  # resources.json as last written here
+        self.stamp: Stamp | None = None  # and that file as we left it (RunDir.touch)
+        self.touched = 0  # samples since it was last written, only touched
 
     def watch_log(self, log_fd: int) -> None:
         """Measure output on ``log_fd`` (job.log, opened for the job), from its size now."""
@@ -122,10 +126,26 @@ class Meter:
         return figures
 
     def write_resources(self, live: bool) -> None:
-        """The live figures, replaced atomically (no fsync: they are refreshed anyway)."""
+        """The live figures, replaced atomically (no fsync: they are refreshed anyway).
+
+        Figures unchanged since the last write (a job that sleeps or waits)
+        and the file still as we left it: only its mtime is moved to now
+        (:meth:`RunDir.touch`), which keeps the sign of life without a new
+        file and a rename every sample (1,000 waiting jobs: 1,000 fewer
+        inodes made and freed a second, and 2,000 fewer inotify events in
+        the watcher's ABORT watch). Every REWRITE_EVERY samples it is
+        written anyway: an edit the stamp cannot see (same size, within the
+        file system's timestamp granularity) lasts no longer than that.
+        """
         try:
             data = json.dumps(self.resources(live)).encode() + b"\n"
-            self.files.replace(RESOURCES_FILE, data, durable=False)
+            if data == self.written and self.touched < REWRITE_EVERY:
+                self.stamp = self.files.touch(RESOURCES_FILE, self.stamp)
+                if self.stamp is not None:
+                    self.touched += 1
+                    return
+            self.stamp = self.files.replace(RESOURCES_FILE, data, durable=False)
+            self.written, self.touched = data, 0
         except OSError:
             pass  # disk full: the figures are a convenience; exit.json carries the final ones
 

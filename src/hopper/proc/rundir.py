@@ -16,6 +16,8 @@ import os
 import stat
 import time
 
+Stamp = tuple[int, int, int]  # (inode, size, mtime ns): which file, as we left it
+
 
 class RunDir:
     def __init__(self, path: str) -> None:
@@ -77,13 +79,14 @@ class RunDir:
             os.unlink(name, dir_fd=self.fd)  # a link or file planted at our temp name
             return os.open(name, flags, 0o644, dir_fd=self.fd)
 
-    def replace(self, name: str, data: bytes, durable: bool) -> None:
+    def replace(self, name: str, data: bytes, durable: bool) -> Stamp:
         """Replace ``name`` with ``data`` atomically: a temp name, then a rename.
 
         ``durable``: the file and then the directory are fsynced, so after a
         crash the new file is there (exit.json); otherwise not (resources.json,
         refreshed anyway). On failure the temp file is removed and the error
-        raised; ``name`` keeps its old content.
+        raised; ``name`` keeps its old content. Returns the new file's
+        :data:`Stamp`, for :meth:`touch`.
         """
         tmp = f".{name}.{os.getpid()}.tmp"
         fd = self.create_temp(tmp)
@@ -94,6 +97,7 @@ class RunDir:
                     view = view[os.write(fd, view) :]
                 if durable:
                     os.fsync(fd)
+                made = os.fstat(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
@@ -105,3 +109,30 @@ class RunDir:
             raise
         if durable:
             os.fsync(self.fd)
+        return _stamp(made)
+
+    def touch(self, name: str, left: Stamp | None) -> Stamp | None:
+        """Move ``name``'s mtime to now if it is still the file we left (``left``,
+        from :meth:`replace` or the last touch); its new stamp, or None: rewrite it.
+
+        Unchanged content is kept fresh this way (its mtime is a sign of life,
+        reconcile.py's ``_pulse_age``) without a new inode, a rename, or an
+        inotify ``IN_CREATE``/``IN_MOVED_TO`` in the run directory (only
+        ``IN_ATTRIB``, which no watch of hopper's asks for). Anything else at
+        the name (the job replaced, removed or edited it: another inode, size
+        or mtime) gives None, so the caller writes the file again.
+        """
+        if left is None:
+            return None
+        try:
+            now = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+            if not stat.S_ISREG(now.st_mode) or _stamp(now) != left:
+                return None
+            os.utime(name, dir_fd=self.fd, follow_symlinks=False)
+            return _stamp(os.stat(name, dir_fd=self.fd, follow_symlinks=False))
+        except OSError:
+            return None
+
+
+def _stamp(st: os.stat_result) -> Stamp:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
