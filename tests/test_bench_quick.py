@@ -83,6 +83,10 @@ def test_bench_quick(tmp_path: Path) -> None:
         for key in ("ms_per_job", "run_ms_per_job", "peak_rss_mb", "status_s", "status_json_s"):
             positive(row["hopper"][key], f"backlog {size} {key}")
         assert row["hopper"]["finished"]["min"] == int(size)
+        # Drained to the end, claim + run per job is the elapsed time over the jobs.
+        cost, elapsed = row["hopper"]["cost_ms_per_job"], row["hopper"]["ms_per_job"]
+        assert cost["median"] == pytest.approx(elapsed["median"], rel=1e-6), size
+        assert row["hopper"]["claim_ms_per_prompt"]["median"] >= 0, size
 
     tail = data["events_tail"]
     assert tail["file_bytes"] > 1 << 20

@@ -2,9 +2,10 @@
 
 Over 65,000 queued jobs one pass took ~7 s, and it came due every second:
 the watcher did little else. Now a pass spends at most SWEEP_BUDGET per turn,
-rests three times as long, and goes on at a later turn. In-process (tests/inprocess.py): each marker
-check moves the fake clock on, as a slow disk would; assertions are on how
-many jobs each turn looked at and on the turn the ABORT took effect.
+rests SWEEP_REST times as long, and goes on at a later turn. In-process
+(tests/inprocess.py): each marker check moves the fake clock on, as a slow
+disk would; assertions are on how many jobs each turn looked at and on the
+turn the ABORT took effect.
 """
 
 from __future__ import annotations
@@ -52,11 +53,13 @@ def test_a_pass_over_a_large_queue_is_spread_over_turns_and_still_sees_abort(
         before = len(looked)
         watcher.turn()
         per_turn.append(len(looked) - before)
-        watcher.turn()  # right after a slice the sweep rests (three times the slice's cost)
+        watcher.turn()  # right after a slice the sweep rests (SWEEP_REST times the slice's cost)
         assert len(looked) == before + per_turn[-1]
         if last not in watcher.queued:
             break
-        clock.advance(starting_module.QUEUE_SWEEP_INTERVAL)
+        # past the rest after the slice (a slice stops within two budget checks)
+        rest = starting_module.SWEEP_REST * 2 * starting_module.SWEEP_BUDGET
+        clock.advance(max(starting_module.QUEUE_SWEEP_INTERVAL, rest))
     queued_then = QUEUE - 1  # one job runs
     assert sum(per_turn) == queued_then - 1  # every queued job but the aborted one
     assert max(per_turn) < queued_then / 2, per_turn  # no turn did the whole pass

@@ -82,3 +82,35 @@ def test_first_matches_a_pass_over_the_queue_under_random_changes() -> None:
                 assert [r.id for r in queued.first(k)] == by_pass(queued, k), seed
         sessions = sorted(r.id for r in queued.values() if r.session)
         assert [r.id for r in queued.special()] == sessions, seed
+
+
+def test_has_after_follows_sets_removals_and_replacements() -> None:
+    """has_after() is asked on every start: it must equal a pass over the queue."""
+    waits = record(1).model_copy(update={"after": ["job0"]})
+    queued = QueuedJobs({record(i).id: record(i) for i in range(3)})
+    assert not queued.has_after()
+    queued[waits.id] = waits
+    assert queued.has_after()
+    queued[waits.id] = record(1)  # its dependency dropped: a plain record again
+    assert not queued.has_after()
+    queued[waits.id] = waits
+    del queued[waits.id]  # started
+    assert not queued.has_after()
+    queued[waits.id] = waits
+    queued.pop(waits.id)  # aborted while queued
+    assert not queued.has_after()
+    queued[record(2, session="s").id] = record(2, session="s")
+    assert not queued.has_after()  # a session alone is no dependency
+    for seed in range(10):
+        rng = random.Random(seed)
+        queued = QueuedJobs()
+        for _ in range(300):
+            i = rng.randrange(40)
+            rec = record(i, session=rng.choice([None, "s"]))
+            if rng.random() < 0.3:
+                rec = rec.model_copy(update={"after": ["job0"]})
+            if rng.random() < 0.6:
+                queued[rec.id] = rec
+            else:
+                queued.pop(rec.id, None)
+            assert queued.has_after() == any(r.after for r in queued.values()), seed

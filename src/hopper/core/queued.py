@@ -70,5 +70,13 @@ class QueuedJobs(dict[str, JobRecord]):
 
     def special(self) -> list[JobRecord]:
         """Every job with a session or ``after``, in claim order."""
-        self._special = {i for i in self._special if i in self and _special(self[i])}
+        self._prune_special()
         return [self[i] for i in sorted(self._special)]
+
+    def has_after(self) -> bool:
+        """Does some queued job wait on ``after``? O(jobs with a session or ``after``)."""
+        self._prune_special()
+        return any(self[i].after for i in self._special)
+
+    def _prune_special(self) -> None:
+        self._special = {i for i in self._special if i in self and _special(self[i])}
