@@ -116,3 +116,18 @@ def test_bench_quick(tmp_path: Path) -> None:
 
     leftovers = [p for p in tmp_path.iterdir() if p.name.startswith("hopper-bench-")]
     assert leftovers == [], "the bench must remove its temporary directory"
+
+
+@pytest.mark.parametrize(
+    ("sizes", "said"),
+    [("1000,lots", "give whole numbers"), ("1000,0", "at least 1"), ("", "give whole numbers")],
+)
+def test_backlog_sizes_refused_with_what_to_give(sizes: str, said: str) -> None:
+    result = subprocess.run(
+        [sys.executable, str(BENCH), "--only", "backlog", "--backlog-sizes", sizes],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"--backlog-sizes {sizes!r}" in result.stderr and said in result.stderr
