@@ -133,3 +133,17 @@ def test_the_table_is_printed_with_every_goal() -> None:
     lines = bench.render_goals(bench.judge_goals(full_result()))
     assert lines[0].startswith("9. issue 16's goals")
     assert len(lines) == 1 + len(bench.judge_goals(full_result()))
+
+
+def test_the_backlog_is_judged_by_claim_plus_run_per_job() -> None:
+    """A capped drain's elapsed time over its finished jobs also holds the claims of
+    jobs not yet run: section 4's claim + run cost is what is judged when present."""
+    result = full_result()
+    result["backlog"]["1000"]["hopper"]["cost_ms_per_job"] = s(20.0)
+    result["backlog"]["100000"]["hopper"]["ms_per_job"] = s(300.0)  # claims of 100,000
+    result["backlog"]["100000"]["hopper"]["cost_ms_per_job"] = s(25.0)
+    (row,) = [r for r in bench.judge_goals(result) if r[0].startswith("per-job cost")]
+    assert row[2] == "met" and "25.0 ms/job" in row[1], row
+    result["backlog"]["100000"]["hopper"]["cost_ms_per_job"] = s(31.0)
+    (row,) = [r for r in bench.judge_goals(result) if r[0].startswith("per-job cost")]
+    assert row[2] == "not met", row
