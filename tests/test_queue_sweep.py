@@ -65,3 +65,43 @@ def test_a_pass_over_a_large_queue_is_spread_over_turns_and_still_sees_abort(
     assert max(per_turn) < queued_then / 2, per_turn  # no turn did the whole pass
     assert len(per_turn) == 3, per_turn  # and the ABORT took effect at the pass's end
     assert read_record(layout.run_dir(last)).state is JobState.ABORTED
+
+
+def test_the_verdicts_over_the_whole_queue_rest_in_proportion_to_their_cost(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass ends with core/schedule.py over every queued job (O(n)); over 100,000
+    queued jobs that costs as much as the pass, so the next pass waits SWEEP_REST
+    times that cost as well, not just QUEUE_SWEEP_INTERVAL."""
+    watcher, fake, clock = in_process(layout, max_parallel=1)
+    for i in range(6):
+        submit(layout, clock, f"q{i}", '+++\nagent = "bash"\n+++\ntrue\n')
+    while len(watcher.queued) + len(fake.started) < 6:
+        watcher.turn()
+    cost = 2 * starting_module.QUEUE_SWEEP_INTERVAL  # the whole-queue verdicts, on a slow box
+    real_schedule = starting_module.schedule
+
+    def slow_schedule(**kw: object) -> object:
+        if len(kw["queued"]) == len(watcher.queued):  # type: ignore[arg-type]
+            clock.advance(cost)
+        return real_schedule(**kw)  # type: ignore[arg-type]
+
+    looked: list[str] = []
+    real_apply = Starts._apply_priority
+
+    def counting(self: Starts, job_id: str, run_dir: Path) -> None:
+        looked.append(job_id)
+        real_apply(self, job_id, run_dir)
+
+    monkeypatch.setattr(starting_module, "schedule", slow_schedule)
+    monkeypatch.setattr(Starts, "_apply_priority", counting)
+    clock.advance(starting_module.QUEUE_SWEEP_INTERVAL)
+    watcher.turn()  # a pass, then its verdicts over the whole queue
+    assert len(looked) == 5
+    looked.clear()
+    clock.advance(starting_module.SWEEP_REST * cost - 1.0)  # long past the interval
+    watcher.turn()
+    assert looked == []  # still resting after the verdicts' cost
+    clock.advance(2.0)
+    watcher.turn()
+    assert len(looked) == 5

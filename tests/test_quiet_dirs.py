@@ -22,6 +22,7 @@ from hopper.store.jobfile import ABORT_FILE, read_record
 from hopper.store.layout import Layout
 from hopper.store.markers import PRIORITY_FILE
 from hopper.store.quiet_dirs import SLACK_NS, QuietDirs
+from hopper.store.takeover import try_take
 from inprocess import in_process, submit
 
 
@@ -107,3 +108,41 @@ def test_a_second_pass_skips_quiet_run_dirs_and_still_sees_new_markers(
     one_pass()
     assert queued[3] not in watcher.queued
     assert read_record(layout.run_dir(queued[3])).state is JobState.ABORTED
+
+
+def test_dropping_taken_jobs_skips_quiet_dirs_and_sees_a_new_takeover(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reconcile pass drops queued jobs other watchers took: over 100,000 queued
+    jobs a takeover-marker open each, every reconcile_interval. A run directory the
+    sweep found quiet (its takeover checked then) costs one lstat; a takeover made
+    since moves its mtime and is seen."""
+    watcher, fake, clock = in_process(layout, max_parallel=1)
+    for i in range(4):
+        submit(layout, clock, f"q{i}", '+++\nagent = "bash"\n+++\ntrue\n')
+    while len(watcher.queued) + len(fake.started) < 4:
+        watcher.turn()
+    queued = sorted(watcher.queued)
+    for job_id in queued:
+        age(layout.run_dir(job_id))
+    clock.advance(starting_module.QUEUE_SWEEP_INTERVAL)
+    watcher.turn()  # a pass: each found quiet, and still ours
+
+    asked: list[str] = []
+    real_taken_by = starting_module.taken_by
+
+    def counting(run_dir: Path, owner: str | None, me: str) -> str | None:
+        asked.append(run_dir.name)
+        return real_taken_by(run_dir, owner, me)
+
+    monkeypatch.setattr(starting_module, "taken_by", counting)
+    watcher.starts.drop_taken()
+    assert asked == []
+    taken = queued[2]
+    record = read_record(layout.run_dir(taken))
+    assert record.owner is not None
+    assert try_take(layout.run_dir(taken), record.owner, "elsewhere:1:1")
+    watcher.starts.drop_taken()
+    assert asked == [taken]
+    assert taken not in watcher.queued
+    assert sorted(watcher.queued) == [j for j in queued if j != taken]

@@ -99,6 +99,7 @@ class Starts:
             return
         if not full and self.runner.busy >= self.config.max_parallel:
             return  # no slot to fill; failures wait for the next sweep
+        began = self.clock.monotonic()
         window = self.queued_window(full)
         mine = self.runner.active()
         decision = schedule(
@@ -116,6 +117,9 @@ class Starts:
             elsewhere=self.scale.elsewhere(window, mine),  # slots other watchers hold
         )
         self.paused = decision.paused
+        if full:  # the verdicts over the whole queue: at most a tenth of the loop too
+            end = self.clock.monotonic()
+            self._next_queue_sweep = max(self._next_queue_sweep, end + SWEEP_REST * (end - began))
         for failure in decision.fail:
             record = self.queued.get(failure.job_id)
             if record is None or not self.mine(failure.job_id, record):
@@ -198,6 +202,8 @@ class Starts:
                     self.runner.drop_ahead(job_id)
                     self.runner.abort_queued(self.queued.pop(job_id))
                 continue
+            if not self.mine(job_id, queued):  # taken over (dropped): quiet means ours too
+                continue
             self.guard.step(
                 f"priority:{job_id}",
                 lambda job_id=job_id, run_dir=run_dir: self._apply_priority(  # type: ignore[misc]
@@ -208,6 +214,13 @@ class Starts:
         end = self.clock.monotonic()
         self._next_slice = end + SWEEP_REST * (end - mono)
         return not self._sweep
+
+    def drop_taken(self) -> None:
+        """Drop every queued job another watcher took over. A run directory found quiet
+        by the sweep (no takeover marker then, nothing made in it since) costs one lstat."""
+        for job_id, record in list(self.queued.items()):
+            if not self._quiet.look(job_id)[0]:
+                self.mine(job_id, record)
 
     def _reject(self, job_id: str, record: JobRecord, reason: Reason, detail: str) -> None:
         self.runner.reject(record, reason, detail)

@@ -337,8 +337,7 @@ class Watcher:
             self.runner.ended(Ended(record, self.layout.run_dir(record.id), How.FILED))
 
     def _drop_taken(self) -> None:
-        for job_id, record in list(self.queued.items()):
-            self.starts.mine(job_id, record)
+        self.starts.drop_taken()
         for job in self.runner.running_jobs():
             self.runner.taken(job)
 
