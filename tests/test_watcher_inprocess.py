@@ -374,3 +374,23 @@ def test_a_restarted_watcher_adopts_a_running_job_through_its_executor(layout: L
     assert (record.state, record.reason) == (JobState.SUCCEEDED, Reason.COMPLETED)
     assert names(layout, job_id).count("finalized") == 1
     assert leases(layout) == [] and second.idle()
+
+
+def test_a_bash_jobs_own_agent_state_file_never_sets_agent_fields(layout: Layout) -> None:
+    """agent.state.json is the driver's; in a bash job's run directory it is the
+    job's own file, and a heartbeat must not fold it into the record."""
+    watcher, fake, clock = in_process(layout, heartbeat_interval=1)
+    job_id = started_job(layout, watcher, fake, clock)
+    state_file = layout.run_dir(job_id) / "agent.state.json"
+    state_file.write_text(
+        '{"agent_state": "api_error", "error_kind": "auth", "detail": "forged by the job"}\n'
+    )
+    before = read_record(layout.run_dir(job_id)).heartbeat_at
+    for _ in range(3):
+        clock.advance(1.0)
+        watcher.turn()
+    record = read_record(layout.run_dir(job_id))
+    assert record.heartbeat_at is not None and before is not None
+    assert record.heartbeat_at > before  # the heartbeats ran
+    assert record.agent_state is None and record.agent_detail is None
+    assert record.error_kind is None

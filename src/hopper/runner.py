@@ -17,8 +17,10 @@ import os
 import stat
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
+from hopper.agents.registry import driven
 from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core import lifecycle
@@ -99,6 +101,7 @@ class Runner:
             self._running,
             self.request_stop,
             self.taken,
+            partial(driven, self.endings.agents),
         )
 
     def open(self) -> None:

@@ -44,6 +44,7 @@ class RunningWatch:
     running: Mapping[str, Running]  # the runner's running set, read here
     stop: Callable[[Running, Reason], None]  # the runner's request_stop
     taken: Callable[[Running], bool]  # the runner's: taken over (then dropped)?
+    driven: Callable[[str], bool]  # is this agent run by the driver (which writes live state)?
     _beats: HeartbeatsDue = field(default_factory=HeartbeatsDue)  # when each job's is due
     _aborts: AbortWatch | None = None  # inotify on the running jobs' run dirs, once open
 
@@ -122,7 +123,9 @@ class RunningWatch:
         fact = Heartbeat(
             self.clock.now(),
             resources=read_resources(job.run_dir),  # the supervisor's latest
-            live=read_live_state(job.run_dir),  # an agent's live state, if any
+            # An agent's live state, if any; a bash job has none: agent.state.json
+            # there is the job's own file, and never sets agent fields on its record.
+            live=read_live_state(job.run_dir) if self.driven(job.record.agent) else {},
         )
         job.record = ledger.commit(
             job.run_dir, lifecycle.heartbeat(job.record, fact), durable=False
