@@ -176,3 +176,14 @@ def test_the_loop_wakes_for_a_start_that_reports(layout: Layout) -> None:
     assert time.monotonic() - began < 10.0
     watcher.turn()
     assert fake.released == [(job_id, JobState.RUNNING)]
+
+
+def test_an_executor_other_than_the_local_one_never_starts_a_job_ahead(layout: Layout) -> None:
+    """A start ahead (pending_starts.py) forks a local supervisor; any other
+    executor (one that submits or creates something) starts a job only when
+    the scheduler gives it a slot."""
+    watcher, fake, clock = in_process(layout, slots=1)
+    drop_jobs(layout, clock, 2)
+    watcher.turn()
+    watcher.turn()  # the slot busy: a local executor would begin the next job here
+    assert len(fake.pending) == 1 and len(watcher.queued) == 1

@@ -96,7 +96,10 @@ class PendingStarts:
             return
         if record.executor != "local" or record.workspace != "none":
             return
-        executor = self.executor_for(record)
+        try:
+            executor = self.executor_for(record)
+        except ValueError:
+            return  # no local executor in this watcher: its real start says so
         if not isinstance(executor, LocalExecutor):
             return
         self._no_ahead = record.id  # until it is begun: a failure is not retried every turn
