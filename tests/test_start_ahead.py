@@ -29,6 +29,7 @@ from hopper.store.layout import Layout
 from hopper.store.markers import PRIORITY_FILE
 
 ONE_SLOT = "max_parallel = 1\n"
+WAIT = 60.0  # seconds: a loaded machine forks slowly
 
 
 def _one_slot(config_file: Path) -> None:
@@ -71,7 +72,9 @@ def _busy_then_next(
     gate = layout.root / "gate"
     drop(layout, "first", bash(f"while [ ! -e {gate} ]; do sleep 0.02; done"))
     watchers.start()
-    wait_for(lambda: _state(layout, "first") is JobState.RUNNING, what="first running")
+    wait_for(
+        lambda: _state(layout, "first") is JobState.RUNNING, timeout=WAIT, what="first running"
+    )
     drop(layout, "second", bash(next_script))
     return gate
 
@@ -81,7 +84,9 @@ def test_the_next_jobs_supervisor_is_forked_while_the_slot_is_busy(
 ) -> None:
     ran = layout.root / "ran"
     gate = _busy_then_next(layout, watchers, config_file, f"echo x >> {ran}")
-    wait_for(lambda: _ahead(layout, "second"), what="second's supervisor forked ahead")
+    wait_for(
+        lambda: _ahead(layout, "second"), timeout=WAIT, what="second's supervisor forked ahead"
+    )
     ahead = _ahead(layout, "second")
     second = _record(layout, "second")
     assert second is not None and second.state is JobState.QUEUED
@@ -89,7 +94,11 @@ def test_the_next_jobs_supervisor_is_forked_while_the_slot_is_busy(
     assert not ran.exists()  # gated: nothing of it runs before it is recorded running
     assert not (run_dir / EXIT_FILE).exists()
     gate.touch()
-    wait_for(lambda: _state(layout, "second") is JobState.SUCCEEDED, what="second succeeded")
+    wait_for(
+        lambda: _state(layout, "second") is JobState.SUCCEEDED,
+        timeout=WAIT,
+        what="second succeeded",
+    )
     done = _record(layout, "second")
     assert done is not None and done.supervisor_pid in ahead  # the very supervisor forked ahead
     assert ran.read_text() == "x\n"
@@ -101,18 +110,24 @@ def test_a_start_ahead_is_withdrawn_when_its_job_is_aborted(
 ) -> None:
     ran = layout.root / "ran"
     gate = _busy_then_next(layout, watchers, config_file, f"touch {ran}")
-    wait_for(lambda: _ahead(layout, "second"), what="second's supervisor forked ahead")
+    wait_for(
+        lambda: _ahead(layout, "second"), timeout=WAIT, what="second's supervisor forked ahead"
+    )
     second = _record(layout, "second")
     assert second is not None
     run_dir = layout.run_dir(second.id)
     (run_dir / ABORT_FILE).touch()
-    wait_for(lambda: _state(layout, "second") is JobState.ABORTED, what="second aborted")
+    wait_for(
+        lambda: _state(layout, "second") is JobState.ABORTED, timeout=WAIT, what="second aborted"
+    )
     assert _supervisors(layout, "second") == set()  # withdrawn before it was filed
     assert not (run_dir / EXIT_FILE).exists()
     record = _record(layout, "second")
     assert record is not None and record.reason is Reason.ABORTED and record.pid is None
     gate.touch()
-    wait_for(lambda: _state(layout, "first") is JobState.SUCCEEDED, what="first succeeded")
+    wait_for(
+        lambda: _state(layout, "first") is JobState.SUCCEEDED, timeout=WAIT, what="first succeeded"
+    )
     assert not ran.exists()
 
 
@@ -124,7 +139,9 @@ def test_a_start_ahead_of_a_job_that_changed_is_withdrawn_and_begun_afresh(
     be taken for the new run's) and begun again from the new record."""
     ran = layout.root / "ran"
     gate = _busy_then_next(layout, watchers, config_file, f"echo x >> {ran}")
-    wait_for(lambda: _ahead(layout, "second"), what="second's supervisor forked ahead")
+    wait_for(
+        lambda: _ahead(layout, "second"), timeout=WAIT, what="second's supervisor forked ahead"
+    )
     old = _ahead(layout, "second")
     second = _record(layout, "second")
     assert second is not None
@@ -132,13 +149,18 @@ def test_a_start_ahead_of_a_job_that_changed_is_withdrawn_and_begun_afresh(
     (run_dir / PRIORITY_FILE).write_text("7\n")
     wait_for(
         lambda: (r := _record(layout, "second")) is not None and r.priority == 7,
+        timeout=WAIT,
         what="the priority change recorded",
     )
-    wait_for(lambda: _ahead(layout, "second") - old, what="a new start ahead")
+    wait_for(lambda: _ahead(layout, "second") - old, timeout=WAIT, what="a new start ahead")
     assert not old & {p.pid for p in psutil.process_iter()}  # the old one is gone
     assert not (run_dir / EXIT_FILE).exists()
     gate.touch()
-    wait_for(lambda: _state(layout, "second") is JobState.SUCCEEDED, what="second succeeded")
+    wait_for(
+        lambda: _state(layout, "second") is JobState.SUCCEEDED,
+        timeout=WAIT,
+        what="second succeeded",
+    )
     done = _record(layout, "second")
     assert done is not None and done.priority == 7 and done.supervisor_pid not in old
     assert ran.read_text() == "x\n"
@@ -149,13 +171,19 @@ def test_a_watcher_killed_with_a_start_ahead_runs_that_job_once_after_restart(
 ) -> None:
     ran = layout.root / "ran"
     gate = _busy_then_next(layout, watchers, config_file, f"echo x >> {ran}")
-    wait_for(lambda: _ahead(layout, "second"), what="second's supervisor forked ahead")
+    wait_for(
+        lambda: _ahead(layout, "second"), timeout=WAIT, what="second's supervisor forked ahead"
+    )
     old = _ahead(layout, "second")
     watchers.procs[0].send_signal(signal.SIGKILL)
     watchers.procs[0].wait()
     watchers.start()  # adopts "first", takes "second" as queued (start.after_spawn's case)
     gate.touch()
-    wait_for(lambda: _state(layout, "second") is JobState.SUCCEEDED, what="second succeeded")
+    wait_for(
+        lambda: _state(layout, "second") is JobState.SUCCEEDED,
+        timeout=WAIT,
+        what="second succeeded",
+    )
     done = _record(layout, "second")
     assert done is not None and done.supervisor_pid not in old
     assert ran.read_text() == "x\n"  # once: the gated job of the first watcher never ran
