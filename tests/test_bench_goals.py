@@ -147,3 +147,12 @@ def test_the_backlog_is_judged_by_claim_plus_run_per_job() -> None:
     result["backlog"]["100000"]["hopper"]["cost_ms_per_job"] = s(31.0)
     (row,) = [r for r in bench.judge_goals(result) if r[0].startswith("per-job cost")]
     assert row[2] == "not met", row
+
+
+def test_a_backlog_capped_before_its_last_claim_is_not_judged() -> None:
+    result = full_result()
+    large = result["backlog"]["100000"]["hopper"]
+    large["claimed"], large["finished"], large["ms_per_job"] = s(47823.0), s(6497.0), s(308.1)
+    (row,) = [r for r in bench.judge_goals(result) if r[0].startswith("per-job cost")]
+    assert row[2] == "capped in its claim phase", row
+    assert "47,823 of 100,000 claimed, 6,497 done" in row[1], row
