@@ -198,6 +198,7 @@ def reconcile(
         filed.forget_missing({name for name, _ in names})
         names = [(name, m) for name, m in names if not filed.unchanged(name, m)]
     now = time.time()
+    stale = identity.Supervisors()  # listed once, at the first job that needs it
     for n, (name, mtime_ns) in enumerate(sorted(names)):  # oldest id first
         if keepalive is not None and n % KEEPALIVE_EVERY == KEEPALIVE_EVERY - 1:
             keepalive()
@@ -208,7 +209,7 @@ def reconcile(
         runner.guard.step(
             f"recover:{name}",
             lambda run_dir=run_dir, settled=settled: settled.append(  # type: ignore[misc]
-                _recover_one(run_dir, runner, clock, queued, hosts, counts)
+                _recover_one(run_dir, runner, clock, queued, hosts, counts, stale)
             ),
             what=f"recovery of {run_dir}",
         )
@@ -243,6 +244,7 @@ def _recover_one(
     queued: dict[str, JobRecord],
     hosts: HostView | None,
     counts: dict[Action, int],
+    stale: identity.Supervisors,
 ) -> bool:
     """Recover one run directory; True if it is settled (filed, or corrupt: left for a person)."""
     if _finished_fast(run_dir):
@@ -269,7 +271,7 @@ def _recover_one(
             snap = taken
     counts[action] = counts.get(action, 0) + 1
     if action is not Action.NOT_MINE:
-        _apply(action, snap, run_dir, runner, clock, queued)
+        _apply(action, snap, run_dir, runner, clock, queued, stale)
     return False
 
 
@@ -336,6 +338,7 @@ def _apply(
     runner: Runner,
     clock: Clock,
     queued: dict[str, JobRecord],
+    stale: identity.Supervisors,
 ) -> None:
     record = snap.record
     if action is Action.REMOVE_EMPTY_CLAIM:
@@ -365,7 +368,7 @@ def _apply(
     elif action is Action.TAKE_QUEUED:
         assert record is not None
         if snap.same_host:
-            identity.end_stale_supervisors(str(run_dir))
+            identity.end_stale_supervisors(str(run_dir), among=stale)
         if not runner.executor_for(record).clear_strays(record, run_dir, snap.same_host):
             return  # Slurm did not answer: a submitted, unrecorded job may exist; next time
         (run_dir / EXIT_FILE).unlink(missing_ok=True)  # a start abandoned by a crash
@@ -373,7 +376,7 @@ def _apply(
     elif action is Action.REQUEUE:
         assert record is not None
         if snap.same_host:
-            identity.end_stale_supervisors(str(run_dir))
+            identity.end_stale_supervisors(str(run_dir), among=stale)
         if not runner.executor_for(record).clear_strays(record, run_dir, snap.same_host):
             return
         rec = runner.requeue(record)
