@@ -200,7 +200,7 @@ def server() -> Iterator[forkclient.ForkServer]:
 
 
 def _begin(server: forkclient.ForkServer, run_dir: Path, script: str) -> spawn.Pending:
-    run_dir.mkdir()
+    run_dir.mkdir(exist_ok=True)
     spec = spawn.LaunchSpec(
         argv=["sh", "-c", script],
         cwd=str(run_dir),
@@ -220,6 +220,21 @@ def test_a_withdrawn_start_leaves_no_process_and_no_exit_record(
     assert identity.supervisors_of(str(run_dir)) == []
     assert not (run_dir / EXIT_FILE).exists()  # its started=false record removed
     assert not ran.exists()
+
+
+def test_a_withdrawn_start_removes_the_log_it_made_and_keeps_one_it_found(
+    server: forkclient.ForkServer, tmp_path: Path
+) -> None:
+    """A queued job that is aborted never had a job.log (test_bash_jobs::
+    test_abort_before_start); an earlier attempt's log is never touched."""
+    fresh = tmp_path / "fresh"
+    _begin(server, fresh, "exit 0").withdraw()
+    assert not (fresh / "job.log").exists()
+    again = tmp_path / "again"
+    again.mkdir()
+    (again / "job.log").write_text("attempt 1\n")
+    _begin(server, again, "exit 0").withdraw()
+    assert (again / "job.log").read_text() == "attempt 1\n"
 
 
 def test_a_withdrawn_supervisor_that_does_not_exit_in_time_is_killed(

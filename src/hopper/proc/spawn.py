@@ -17,8 +17,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import select
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -106,8 +108,10 @@ class Pending:
         server: ForkServer | None,
         request: Request | None,
         proc: Supervisor | None,
+        made_log: str | None = None,
     ) -> None:
         self.run_dir, self._payload, self._server = run_dir, payload, server
+        self._made_log = made_log  # job.log, if it did not exist before this start
         self._request, self._proc = request, proc
         self._pid: int | None = None  # once collected
         self.deadline = request.deadline if request is not None else time.monotonic()
@@ -148,7 +152,9 @@ class Pending:
         """Never to be released, and the run directory left as a queued job's: the
         supervisor is told no, waited for (killed after ``timeout``), and the
         ``started: false`` exit.json it wrote is removed, so the job can be
-        started afresh later without a stale exit record beside it."""
+        started afresh later without a stale exit record beside it; so is the
+        job.log the supervisor opened for it, if this start made it and the job
+        never wrote to it (a queued job that is aborted never had a log)."""
         try:
             proc, _ = self.collect()
         except SpawnFailed:
@@ -161,6 +167,13 @@ class Pending:
                 proc.kill()  # stuck writing its record (a full disk): gone, gate and all
                 proc.wait()
         (self.run_dir / EXIT_RECORD).unlink(missing_ok=True)
+        if self._made_log is not None:
+            try:
+                st = os.lstat(self._made_log)
+                if stat.S_ISREG(st.st_mode) and st.st_size == 0:
+                    os.unlink(self._made_log)  # the name only: never what a link points to
+            except FileNotFoundError:
+                pass
 
 
 def _hang_up(channel: socket.socket, deadline: float) -> None:
@@ -183,12 +196,13 @@ def _hang_up(channel: socket.socket, deadline: float) -> None:
 def begin(run_dir: Path, spec: LaunchSpec, server: ForkServer | None = None) -> Pending:
     """Start a supervisor for ``spec`` without waiting for its report (see :class:`Pending`)."""
     payload = _payload(run_dir, spec)
+    made_log = None if os.path.lexists(spec.log) else spec.log
     if server is not None:
         try:
-            return Pending(run_dir, payload, server, server.request(payload), None)
+            return Pending(run_dir, payload, server, server.request(payload), None, made_log)
         except Lost as exc:
             log.warning("fork server: %s; asking again", exc)
-    return Pending(run_dir, payload, server, None, _launch(run_dir, payload, server))
+    return Pending(run_dir, payload, server, None, _launch(run_dir, payload, server), made_log)
 
 
 def read_pid(proc: Supervisor) -> int:
