@@ -94,7 +94,9 @@ def test_a_job_that_writes_its_own_exit_json_survives_a_restart(
     wait_for(lambda: succeeded(layout, 2), what="the next prompt runs")
     assert second.poll() is None
     text = log.read_text()
-    assert text.count("not a valid exit record") == 1, text  # logged once, not every sweep
+    # Logged once, not every sweep; with the adopted supervisor watched through a
+    # pidfd (executors/adopted.py) its exit.json is not even read while it runs.
+    assert text.count("not a valid exit record") <= 1, text
 
 
 def test_an_unreadable_run_directory_costs_only_itself(
@@ -151,7 +153,9 @@ def test_an_unexpected_error_in_one_job_is_logged_once_and_the_loop_goes_on(
         watcher.runner.adopt(job.record)  # running here, as after a restart
     polled: list[str] = []
 
-    def poll_one(self: LocalExecutor, job: Running, tick: Tick, found: list[Ended]) -> None:
+    def poll_one(
+        self: LocalExecutor, job: Running, tick: Tick, found: list[Ended], ended: set[str]
+    ) -> None:
         polled.append(job.record.name)
         if job.record.name == "bad":
             raise TypeError("'int' object is not iterable")

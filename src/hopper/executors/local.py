@@ -7,7 +7,9 @@ every tick for every job: a supervisor that is our child is looked at only
 after a SIGCHLD (``Tick.children``) or on a sweep, and then only if the fork
 server reported it gone (its reports are read once per poll, not once per
 job) or the fork server itself was lost; an adopted one (not our child) is
-checked on each sweep, by exit.json and its pid + start time. An exit comes
+checked on each sweep through its pidfd, all of them in one ``poll``
+(:mod:`hopper.executors.adopted`; by exit.json and its pid + start time
+where no pidfd can be had). An exit comes
 back as :class:`Ended` (``exited`` with the supervisor's exit record, or
 ``lost`` when it vanished without one, after ending any orphans).
 """
@@ -28,6 +30,7 @@ from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import RunSnapshot
 from hopper.core.states import Reason
 from hopper.errors import JobFileCorrupt
+from hopper.executors.adopted import AdoptedWatch
 from hopper.executors.protocol import (
     Context,
     Ended,
@@ -120,12 +123,14 @@ class LocalExecutor:
         self.ctx = ctx
         self.pool = ctx.fork_server  # shared, started and closed once whoever asks
         self._reap: list[spawn.Handle] = []
+        self.adopted = AdoptedWatch()  # pidfds of the supervisors adopted after a restart
 
     def open(self) -> None:
         self.pool.start()
 
     def close(self) -> None:
         self.pool.close()
+        self.adopted.close()
 
     # -- start ----------------------------------------------------------------------
     def command(self, launch: Launch) -> Command | Ended:
@@ -204,13 +209,14 @@ class LocalExecutor:
             return polled  # no supervisor of ours exited and no sweep is due: nothing to look at
         self.pool.collect()  # the fork server's exit reports, applied to their handles
         generation = self.pool.generation
+        ended = self._adopted_ended(jobs) if tick.sweep else set[str]()
         for job in jobs:
             if _unreported(job.supervisor, generation):
                 continue  # its fork server is alive and has not reported it gone
             found: list[Ended] = []
             if self.ctx.guard.step(
                 f"poll:{job.record.id}",
-                lambda job=job, found=found: self._poll_one(job, tick, found),  # type: ignore[misc]
+                lambda job=job, found=found: self._poll_one(job, tick, found, ended),  # type: ignore[misc]
                 what=f"job={job.record.id} cannot be polled or finished",
             ):
                 polled.ended.extend(found)
@@ -219,10 +225,26 @@ class LocalExecutor:
         self._reap = [p for p in self._reap if p.poll() is None]
         return polled
 
-    def _poll_one(self, job: Running, tick: Tick, found: list[Ended]) -> None:
+    def _adopted_ended(self, jobs: Sequence[Running]) -> set[str]:
+        """The adopted jobs whose supervisor exited, from their pidfds (one poll);
+        each adopted job of this host is watched from its first sweep here."""
+        self.adopted.keep_only({job.record.id for job in jobs})
+        for job in jobs:
+            rec = job.record
+            if job.supervisor is None and rec.host == self.ctx.host:
+                self.adopted.watch(rec.id, rec.supervisor_pid, rec.supervisor_start_time)
+        return self.adopted.ended()
+
+    def _poll_one(self, job: Running, tick: Tick, found: list[Ended], ended: set[str]) -> None:
         # A supervisor that is our child writes exit.json and then exits, so
-        # its exit (SIGCHLD, Popen.poll) is the cheap signal to look; only an
-        # adopted one (not our child) needs exit.json read, on each sweep.
+        # its exit (SIGCHLD, Popen.poll) is the cheap signal to look; so is an
+        # adopted one's, through its pidfd (it writes exit.json, then exits).
+        if job.supervisor is None and self.adopted.watching(job.record.id):
+            if tick.sweep and job.record.id in ended:
+                status = self._own_exit(job)
+                found.append(self._exited(job, status) if status is not None else self._lost(job))
+            return
+        # An adopted one without a pidfd needs exit.json read, on each sweep.
         if job.supervisor is None and tick.sweep:
             status = self._own_exit(job)
             if status is not None:
@@ -268,6 +290,7 @@ class LocalExecutor:
         return Ended(job.record, job.run_dir, How.HANDED_OVER, detail=holder)
 
     def _exited(self, job: Running, status: ExitStatus) -> Ended:
+        self.adopted.drop(job.record.id)
         taken = self._handed_over(job)
         if taken is not None:
             return taken
@@ -292,6 +315,7 @@ class LocalExecutor:
 
     def _lost(self, job: Running) -> Ended:
         """The supervisor is gone and recorded nothing: end any orphans; lost."""
+        self.adopted.drop(job.record.id)
         taken = self._handed_over(job)
         if taken is not None:
             return taken
@@ -342,6 +366,7 @@ class LocalExecutor:
             treekill.end_job(rec.id)
 
     def forget(self, job: Running) -> None:
+        self.adopted.drop(job.record.id)
         if job.supervisor is not None:
             self._reap.append(job.supervisor)
 
