@@ -364,9 +364,12 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
     sup = Supervisor(run_dir, spec)
     _become_subreaper()
     gate_w, err_r = sup.fork_gated()
-    sys.stdout.write(json.dumps({"pid": sup.pid}) + "\n")
-    sys.stdout.flush()
-    answer = sys.stdin.readline().strip()
+    try:
+        sys.stdout.write(json.dumps({"pid": sup.pid}) + "\n")
+        sys.stdout.flush()
+        answer = sys.stdin.readline().strip()
+    except OSError:  # the watcher went away mid-handshake (reset, broken pipe): a no
+        answer = ""
     # Detach from the watcher: nothing below may depend on it being alive.
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
