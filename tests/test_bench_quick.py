@@ -73,6 +73,7 @@ def test_bench_quick(tmp_path: Path) -> None:
     for key in ("rss_mb", "helper_uss_mb_per_job", "heartbeat_on_time_percent"):
         positive(run[key], f"running hopper {key}")
     assert run["cpu_percent"]["min"] >= 0
+    assert run["adopted_cpu_percent"]["min"] >= 0  # measured after a restart adopted them
     if "tsp" in peers:
         positive(data["running"]["tsp"]["rss_mb"], "running tsp rss_mb")
 
