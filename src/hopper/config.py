@@ -233,7 +233,7 @@ class Config(BaseModel):
         gt=0,
         description="at most this many running jobs' heartbeats a second per watcher: with "
         "more jobs running than heartbeat_rate x heartbeat_interval, each job's heartbeat "
-        "comes every running/heartbeat_rate seconds (at most host_dead_after/3)",
+        "comes every running/heartbeat_rate seconds (at most host_dead_after/2)",
     )
     host_dead_after: Seconds = Field(
         60.0,

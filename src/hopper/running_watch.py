@@ -135,5 +135,8 @@ class RunningWatch:
             mono,
             interval=self.config.heartbeat_interval,
             rate=self.config.heartbeat_rate,
-            longest=self.config.host_dead_after / 3,
+            # Two heartbeats within host_dead_after. A takeover never hangs on them:
+            # it needs this host's watcher heartbeat files stale too, and the
+            # supervisor's resources.json (every second) is the job's pulse as well.
+            longest=self.config.host_dead_after / 2,
         )
