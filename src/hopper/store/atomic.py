@@ -27,7 +27,12 @@ _NOT_A_FILE = frozenset({errno.ELOOP, errno.ENXIO, errno.EISDIR})
 
 
 def temp_name(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
+    return path.with_name(temp_name_of(path.name))
+
+
+def temp_name_of(name: str) -> str:
+    """A fresh hidden name beside ``name`` to write it under before the rename."""
+    return f".{name}.{os.urandom(4).hex()}.tmp"
 
 
 def open_dir(path: Path, *, follow: bool) -> int:

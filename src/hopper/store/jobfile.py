@@ -19,6 +19,8 @@ from hopper.store.saferead import (
     RECORD_LIMIT,
     SMALL_LIMIT,
     UnreadableFile,
+    parse_model,
+    read_fast,
     read_model,
 )
 
@@ -97,8 +99,9 @@ def read_resources(run_dir: Path) -> Resources | None:
     """The supervisor's latest measurement of the job's tree, or None (none yet, or torn)."""
     from hopper.core.record import Resources
 
+    path = f"{run_dir}/{RESOURCES_FILE}"  # read at every heartbeat of every running job
     try:
-        return read_model(Resources, run_dir / RESOURCES_FILE, SMALL_LIMIT)
+        return parse_model(Resources, read_fast(path, SMALL_LIMIT)[0], Path(path))
     except (OSError, UnreadableFile):
         return None
 

@@ -41,7 +41,7 @@ from typing import TypeVar
 from hopper.core.lifecycle import Event, Step
 from hopper.core.record import JobRecord
 from hopper.faults import crash_point
-from hopper.store.atomic import displace, open_dir, temp_name
+from hopper.store.atomic import displace, open_dir, temp_name_of
 from hopper.store.jobfile import JOB_FILE, append_event, append_events, event_line
 
 
@@ -139,7 +139,7 @@ def note(run_dir: Path, name: str, at: datetime, **fields: object) -> None:
 def _stage(entry: Entry, dirs: dict[str, int]) -> _Staged:
     """Open the run directory (once per batch) and write the record to a temporary file."""
     key = str(entry.run_dir)
-    item = _Staged(entry, -1, temp_name(entry.run_dir / JOB_FILE).name)
+    item = _Staged(entry, -1, temp_name_of(JOB_FILE))
     try:
         if key not in dirs:
             dirs[key] = open_dir(entry.run_dir, follow=False)  # a link here: ELOOP

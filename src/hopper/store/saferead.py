@@ -152,6 +152,43 @@ def read_stat(
     return data, st
 
 
+# O_NOCTTY: a terminal device swapped in after the lstat never becomes our terminal.
+_FAST_FLAGS = READ_FLAGS | os.O_NOCTTY
+
+
+def read_fast(path: str, limit: int) -> tuple[bytes, os.stat_result]:
+    """:func:`read_stat`'s bytes and ``fstat`` of ``path``, with its guarantees and
+    errors, in five system calls for the usual small file: ``lstat`` (a FIFO, socket
+    or device is never opened), ``open`` with ``O_NOFOLLOW | O_NONBLOCK``, ``fstat``
+    (a regular file, within ``limit``), one ``read`` of its size plus one byte,
+    ``close``. Anything else (an error, a file that is not regular, too big, or not
+    the size ``fstat`` gave) is read again by ``read_stat``, which says what is wrong
+    in its own words. Raises ``FileNotFoundError`` or :class:`UnreadableFile`.
+
+    For the files read by the thousand: job.json in the status index's cold build,
+    each running job's resources.json at its heartbeat. ``read_stat``'s ``Path``
+    objects, second ``fstat`` and read to EOF cost four times this."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return read_stat(Path(path), limit)  # refuses it, in its words
+        fd = os.open(path, _FAST_FLAGS)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        return read_stat(Path(path), limit)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_size <= limit:
+            data = os.read(fd, st.st_size + 1)
+            if len(data) == st.st_size:  # a short read is the end: regular files read in full
+                return data, st
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return read_stat(Path(path), limit)  # swapped, grown, shrunk, failed: look again
+
+
 def _too_big(path: Path, what: str, limit: int, hint: str, grew: bool = False) -> UnreadableFile:
     message = (
         f"grew past the limit of {limit} bytes while being read"

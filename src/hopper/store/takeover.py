@@ -17,6 +17,7 @@ a job is never stuck behind a dead taker and still taken exactly once.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import os
 import stat
@@ -29,15 +30,21 @@ MAX_CHAIN = 32
 MAX_MARKER_BYTES = 4096  # an owner string is host:pid:start; anything longer is not ours
 
 
+@functools.lru_cache(maxsize=1024)
+def _marker_name(chain: str) -> str:
+    # Cached: each running job's owner is looked up before each heartbeat.
+    return MARKER_PREFIX + hashlib.sha256(chain.encode()).hexdigest()[:20]
+
+
 def _marker(run_dir: Path, chain: str) -> Path:
-    return run_dir / (MARKER_PREFIX + hashlib.sha256(chain.encode()).hexdigest()[:20])
+    return run_dir / _marker_name(chain)
 
 
 def effective_owner(run_dir: Path, owner: str) -> tuple[str, str]:
     """(the watcher that holds the job now, the chain key to take it from them)."""
     chain, current = owner, owner
     for _ in range(MAX_CHAIN):
-        winner = _read_marker(_marker(run_dir, chain))
+        winner = _read_marker(f"{run_dir}/{_marker_name(chain)}")
         if winner is None:
             return current, chain
         if not winner:
@@ -66,7 +73,7 @@ def taken_by(run_dir: Path, owner: str | None, me: str) -> str | None:
     return None if holder == me else holder
 
 
-def _read_marker(path: Path) -> str | None:
+def _read_marker(path: str) -> str | None:
     """The marker's owner text; None when absent. Never follows a link or blocks on a FIFO.
 
     A run directory is writable by its job, so a "marker" may be anything. A
