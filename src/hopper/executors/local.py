@@ -213,6 +213,12 @@ class LocalExecutor:
         look = [job for job in jobs if not _unreported(job.supervisor, generation)]
         ended = self._adopted_ended(jobs, look) if tick.sweep else set[str]()
         for job in look:
+            if (
+                job.supervisor is None
+                and job.record.id not in ended
+                and self.adopted.watching(job.record.id)
+            ):
+                continue  # its pidfd says its supervisor lives: nothing to read
             found: list[Ended] = []
             if self.ctx.guard.step(
                 f"poll:{job.record.id}",
@@ -233,7 +239,11 @@ class LocalExecutor:
             self.adopted.keep_only({job.record.id for job in jobs})
         for job in look:
             rec = job.record
-            if job.supervisor is None and rec.host == self.ctx.host:
+            if (
+                job.supervisor is None
+                and rec.host == self.ctx.host
+                and not self.adopted.watching(rec.id)
+            ):
                 self.adopted.watch(rec.id, rec.supervisor_pid, rec.supervisor_start_time)
         return self.adopted.ended()
 
