@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -30,6 +31,20 @@ retry_backoff = "0.1s"
 def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
     """Wait for something observable, with a deadline (never a bare sleep)."""
     poll_until(predicate, timeout, what or repr(predicate))
+
+
+def beat_advanced(layout: Layout, seconds: float) -> None:
+    """Wait until a watcher of ``layout`` has written its heartbeat ``seconds`` past now:
+    its loop ran through that time (a bare sleep proves nothing about the watcher's turns,
+    which a loaded machine may starve)."""
+    since = time.time()
+    wait_for(
+        lambda: any(
+            p.stat().st_mtime > since + seconds
+            for p in (layout.state_dir / "watchers").glob("*.json")
+        ),
+        what=f"the watcher beating {seconds}s on",
+    )
 
 
 def drop(layout: Layout, name: str, text: str | bytes, sub: str = "") -> Path:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST_CONFIG, Watchers, bash, drop, hopper_cmd, wait_for
+from conftest import FAST_CONFIG, Watchers, bash, beat_advanced, drop, hopper_cmd, wait_for
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState, Reason
 from hopper.intake import printable
@@ -551,8 +551,8 @@ def test_file_still_being_written_is_not_claimed(layout: Layout, watchers) -> No
     with open(path, "w") as f:
         f.write('+++\nagent = "bash"\n+++\necho first-')
         f.flush()
-        # Behaviour over time: longer than settle (0.3 s) and a rescan (0.5 s).
-        time.sleep(1.2)
+        # The watcher's turns run past settle (0.3 s) and a rescan (0.5 s).
+        beat_advanced(layout, 1.2)
         assert path.exists(), "a prompt held open for writing is not claimed"
         assert finished(layout, "half") is None
         f.write("half\n")
@@ -608,8 +608,8 @@ def test_unclaimable_prompt_is_logged_once(layout: Layout, watchers, tmp_path: P
         with open(layout.inbox / "slow.prompt.md", "w") as f:  # held open: partial rescans
             f.write('+++\nagent = "bash"\n+++\n')
             f.flush()
-            # Several full rescans (rescan_interval 0.5 s) must pass: this is about time.
-            time.sleep(1.6)
+            # Several full rescans (rescan_interval 0.5 s) run while it is held open.
+            beat_advanced(layout, 1.6)
             f.write("true\n")
         wait_for(lambda: finished(layout, "slow"), what="the slow prompt to run")
         assert log.read_text().count("skipping") == 1

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAST_CONFIG, Watchers, drop, wait_for
+from conftest import FAST_CONFIG, Watchers, beat_advanced, drop, wait_for
 from hopper import reconcile as reconcile_mod
 from hopper.config import Config
 from hopper.core.record import JobRecord
@@ -48,18 +48,6 @@ def records(layout: Layout) -> list[JobRecord]:
 def succeeded(layout: Layout, count: int) -> bool:
     recs = records(layout)
     return len(recs) == count and all(r.state is JobState.SUCCEEDED for r in recs)
-
-
-def beat_advanced(layout: Layout, seconds: float) -> None:
-    """Wait until our watcher has written its heartbeat ``seconds`` past now (loop turns ran)."""
-    since = time.time()
-    wait_for(
-        lambda: any(
-            p.stat().st_mtime > since + seconds
-            for p in (layout.state_dir / "watchers").glob("*.json")
-        ),
-        what=f"the watcher beating {seconds}s on",
-    )
 
 
 # -- live watchers -------------------------------------------------------------------
