@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from hopper.proc import forkclient
 from hopper.store.layout import Layout
 from modelserver import ModelServer
 from waiting import poll_until
@@ -31,6 +32,15 @@ retry_backoff = "0.1s"
 def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:
     """Wait for something observable, with a deadline (never a bare sleep)."""
     poll_until(predicate, timeout, what or repr(predicate))
+
+
+@pytest.fixture
+def server() -> Iterator[forkclient.ForkServer]:
+    """A started fork server (proc/forkclient.py), closed after the test."""
+    srv = forkclient.ForkServer()
+    srv.start()
+    yield srv
+    srv.close()
 
 
 def beat_advanced(layout: Layout, seconds: float) -> None:

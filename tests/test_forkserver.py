@@ -8,7 +8,6 @@ import logging
 import os
 import select
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -47,14 +46,6 @@ def _start(server: forkclient.ForkServer | None, run_dir: Path, script: str) -> 
 def _exit(run_dir: Path) -> dict[str, object]:
     data: dict[str, object] = json.loads((run_dir / "exit.json").read_text())
     return data
-
-
-@pytest.fixture
-def server() -> Iterator[forkclient.ForkServer]:
-    srv = forkclient.ForkServer()
-    srv.start()
-    yield srv
-    srv.close()
 
 
 def test_a_forked_supervisor_runs_its_job_in_a_session_of_its_own(

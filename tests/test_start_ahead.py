@@ -14,7 +14,6 @@ import json
 import os
 import select
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -64,6 +63,17 @@ def _ahead(layout: Layout, name: str) -> set[int]:
     return pids if pids and _state(layout, name) is JobState.QUEUED else set()
 
 
+def _forked_ahead(layout: Layout) -> tuple[set[int], JobRecord]:
+    """Wait until "second"'s supervisor is forked ahead: its pids and queued record."""
+    wait_for(
+        lambda: _ahead(layout, "second"), timeout=WAIT, what="second's supervisor forked ahead"
+    )
+    pids = _ahead(layout, "second")
+    second = _record(layout, "second")
+    assert second is not None
+    return pids, second
+
+
 def _busy_then_next(
     layout: Layout, watchers: Watchers, config_file: Path, next_script: str
 ) -> Path:
@@ -84,12 +94,8 @@ def test_the_next_jobs_supervisor_is_forked_while_the_slot_is_busy(
 ) -> None:
     ran = layout.root / "ran"
     gate = _busy_then_next(layout, watchers, config_file, f"echo x >> {ran}")
-    wait_for(
-        lambda: _ahead(layout, "second"), timeout=WAIT, what="second's supervisor forked ahead"
-    )
-    ahead = _ahead(layout, "second")
-    second = _record(layout, "second")
-    assert second is not None and second.state is JobState.QUEUED
+    ahead, second = _forked_ahead(layout)
+    assert second.state is JobState.QUEUED
     run_dir = layout.run_dir(second.id)
     assert not ran.exists()  # gated: nothing of it runs before it is recorded running
     assert not (run_dir / EXIT_FILE).exists()
@@ -110,11 +116,7 @@ def test_a_start_ahead_is_withdrawn_when_its_job_is_aborted(
 ) -> None:
     ran = layout.root / "ran"
     gate = _busy_then_next(layout, watchers, config_file, f"touch {ran}")
-    wait_for(
-        lambda: _ahead(layout, "second"), timeout=WAIT, what="second's supervisor forked ahead"
-    )
-    second = _record(layout, "second")
-    assert second is not None
+    _, second = _forked_ahead(layout)
     run_dir = layout.run_dir(second.id)
     (run_dir / ABORT_FILE).touch()
     wait_for(
@@ -139,12 +141,7 @@ def test_a_start_ahead_of_a_job_that_changed_is_withdrawn_and_begun_afresh(
     be taken for the new run's) and begun again from the new record."""
     ran = layout.root / "ran"
     gate = _busy_then_next(layout, watchers, config_file, f"echo x >> {ran}")
-    wait_for(
-        lambda: _ahead(layout, "second"), timeout=WAIT, what="second's supervisor forked ahead"
-    )
-    old = _ahead(layout, "second")
-    second = _record(layout, "second")
-    assert second is not None
+    old, second = _forked_ahead(layout)
     run_dir = layout.run_dir(second.id)
     (run_dir / PRIORITY_FILE).write_text("7\n")
     wait_for(
@@ -171,10 +168,7 @@ def test_a_watcher_killed_with_a_start_ahead_runs_that_job_once_after_restart(
 ) -> None:
     ran = layout.root / "ran"
     gate = _busy_then_next(layout, watchers, config_file, f"echo x >> {ran}")
-    wait_for(
-        lambda: _ahead(layout, "second"), timeout=WAIT, what="second's supervisor forked ahead"
-    )
-    old = _ahead(layout, "second")
+    old, _ = _forked_ahead(layout)
     watchers.procs[0].send_signal(signal.SIGKILL)
     watchers.procs[0].wait()
     watchers.start()  # adopts "first", takes "second" as queued (start.after_spawn's case)
@@ -191,14 +185,6 @@ def test_a_watcher_killed_with_a_start_ahead_runs_that_job_once_after_restart(
 
 
 # -- spawn.Pending.withdraw, the withdrawal itself ------------------------------------
-@pytest.fixture
-def server() -> Iterator[forkclient.ForkServer]:
-    srv = forkclient.ForkServer()
-    srv.start()
-    yield srv
-    srv.close()
-
-
 def _begin(server: forkclient.ForkServer, run_dir: Path, script: str) -> spawn.Pending:
     run_dir.mkdir(exist_ok=True)
     spec = spawn.LaunchSpec(

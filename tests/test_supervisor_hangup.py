@@ -8,22 +8,11 @@ import json
 import os
 import socket
 import struct
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from conftest import wait_for
 from hopper.proc import forkclient, identity, spawn
 from hopper.store.jobfile import EXIT_FILE
-
-
-@pytest.fixture
-def server() -> Iterator[forkclient.ForkServer]:
-    srv = forkclient.ForkServer()
-    srv.start()
-    yield srv
-    srv.close()
 
 
 def test_a_reset_handshake_is_a_no_and_is_recorded(
