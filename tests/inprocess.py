@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from conftest import FAST_CONFIG, drop
 from hopper.config import Config
 from hopper.core import lifecycle
@@ -212,3 +214,19 @@ def names(layout: Layout, job_id: str) -> list[str]:
 
 def leases(layout: Layout) -> list[Path]:
     return [p for p in (layout.root / ".hopper" / "slots").rglob("*") if p.is_file()]
+
+
+def marker_looks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The queued jobs whose markers (PRIORITY, ABORT, takeover) the sweep looks at from
+    now on, in order: every call of ``Starts._apply_priority`` is recorded, then run."""
+    from hopper.starting import Starts
+
+    looked: list[str] = []
+    real = Starts._apply_priority
+
+    def counting(self: Starts, job_id: str, run_dir: Path) -> None:
+        looked.append(job_id)
+        real(self, job_id, run_dir)
+
+    monkeypatch.setattr(Starts, "_apply_priority", counting)
+    return looked

@@ -20,7 +20,7 @@ from hopper.core.states import JobState
 from hopper.starting import Starts
 from hopper.store.jobfile import ABORT_FILE, read_record
 from hopper.store.layout import Layout
-from inprocess import in_process, submit
+from inprocess import in_process, marker_looks, submit
 
 QUEUE = 40
 SLICE = 8  # the budget is looked at every SLICE jobs (CLAIM_BATCH, patched)
@@ -86,15 +86,8 @@ def test_the_verdicts_over_the_whole_queue_rest_in_proportion_to_their_cost(
             clock.advance(cost)
         return real_schedule(**kw)  # type: ignore[arg-type]
 
-    looked: list[str] = []
-    real_apply = Starts._apply_priority
-
-    def counting(self: Starts, job_id: str, run_dir: Path) -> None:
-        looked.append(job_id)
-        real_apply(self, job_id, run_dir)
-
     monkeypatch.setattr(starting_module, "schedule", slow_schedule)
-    monkeypatch.setattr(Starts, "_apply_priority", counting)
+    looked = marker_looks(monkeypatch)
     clock.advance(starting_module.QUEUE_SWEEP_INTERVAL)
     watcher.turn()  # a pass, then its verdicts over the whole queue
     assert len(looked) == 5

@@ -17,13 +17,12 @@ import pytest
 
 from hopper import starting as starting_module
 from hopper.core.states import JobState
-from hopper.starting import Starts
 from hopper.store.jobfile import ABORT_FILE, read_record
 from hopper.store.layout import Layout
 from hopper.store.markers import PRIORITY_FILE
 from hopper.store.quiet_dirs import SLACK_NS, QuietDirs
 from hopper.store.takeover import try_take
-from inprocess import in_process, submit
+from inprocess import in_process, marker_looks, submit
 
 
 def age(path: Path, seconds: float = 60.0) -> None:
@@ -84,14 +83,7 @@ def test_a_second_pass_skips_quiet_run_dirs_and_still_sees_new_markers(
     for job_id in queued:
         age(layout.run_dir(job_id))
 
-    looked: list[str] = []
-    real_apply = Starts._apply_priority
-
-    def counting(self: Starts, job_id: str, run_dir: Path) -> None:
-        looked.append(job_id)
-        real_apply(self, job_id, run_dir)
-
-    monkeypatch.setattr(Starts, "_apply_priority", counting)
+    looked = marker_looks(monkeypatch)
 
     def one_pass() -> list[str]:
         looked.clear()
