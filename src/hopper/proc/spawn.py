@@ -30,10 +30,10 @@ from typing import Protocol, TypeAlias
 from hopper.proc.forkclient import SUPERVISOR_ENV, Forked, ForkServer, Lost, Request
 from hopper.proc.forkclient import SpawnFailed as SpawnFailed  # raised by launch and begin
 from hopper.proc.protocol import LaunchSpec as LaunchSpec  # the spec, for callers of launch
+from hopper.store.jobfile import EXIT_FILE  # what a supervisor writes last
 
 # Run by path, never imported here: importing it would put its directory on sys.path.
 SUPERVISOR_SCRIPT = Path(__file__).with_name("supervise.py")
-EXIT_RECORD = "exit.json"  # what a supervisor writes last (supervise.py's EXIT_FILE)
 WITHDRAW_WAIT = 5.0  # seconds a withdrawn supervisor gets to record started=false and exit
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class Pending:
             except subprocess.TimeoutExpired:
                 proc.kill()  # stuck writing its record (a full disk): gone, gate and all
                 proc.wait()
-        (self.run_dir / EXIT_RECORD).unlink(missing_ok=True)
+        (self.run_dir / EXIT_FILE).unlink(missing_ok=True)
         if self._made_log is not None:
             try:
                 st = os.lstat(self._made_log)
