@@ -294,3 +294,69 @@ def test_a_start_the_watcher_never_collects_never_runs(
     wait_for(lambda: (run_dir / "exit.json").exists(), what="the supervisor's exit record")
     assert _exit(run_dir)["started"] is False
     assert not (tmp_path / "ran").exists()
+
+
+# -- the spare: a supervisor forked ahead of the next request ------------------------------
+def _spare(server: forkclient.ForkServer, other_than: int | None = None) -> int:
+    """The pid of the server's spare, once it waits (the one child not yet given a job)."""
+    assert server.pid is not None
+    found: list[int] = []
+
+    def idle(child: psutil.Process) -> bool:
+        try:
+            return child.status() != psutil.STATUS_ZOMBIE and child.cwd() == "/"
+        except psutil.Error:
+            return False  # exited meanwhile
+
+    def waiting() -> bool:
+        children = psutil.Process(server.pid).children()
+        found[:] = [c.pid for c in children if c.pid != other_than and idle(c)]
+        return len(found) == 1
+
+    wait_for(waiting, what="the fork server's spare supervisor")
+    return found[0]
+
+
+def test_a_start_is_given_the_spare_forked_before_it_and_a_new_spare_follows(
+    server: forkclient.ForkServer, tmp_path: Path
+) -> None:
+    spare = _spare(server)
+    assert os.getsid(spare) == spare  # in a session of its own before any job is known
+    gate = tmp_path / "gate"
+    proc = _start(server, tmp_path / "run", _gated(gate, 6))
+    assert proc.pid == spare  # no fork on the start's path but the job's own
+    assert psutil.Process(spare).cwd() == str(tmp_path / "run")
+    follower = _spare(server, other_than=spare)
+    assert follower != spare
+    gate.touch()
+    assert proc.wait(timeout=30) == 0
+    record = _exit(tmp_path / "run")
+    assert (record["started"], record["exit_code"], record["supervisor_pid"]) == (True, 6, spare)
+
+
+def test_a_spare_that_died_is_replaced_by_a_fork_and_the_start_runs(
+    server: forkclient.ForkServer, tmp_path: Path
+) -> None:
+    dead = _spare(server)
+    os.kill(dead, signal.SIGKILL)
+    wait_for(lambda: dead not in [c.pid for c in psutil.Process(server.pid).children()])
+    proc = _start(server, tmp_path / "run", "exit 7")
+    assert isinstance(proc, forkclient.Forked) and proc.pid != dead
+    assert proc.wait(timeout=30) == 0
+    assert _exit(tmp_path / "run")["exit_code"] == 7
+    _spare(server, other_than=proc.pid)  # and a new spare waits again
+
+
+def test_the_spare_exits_with_the_fork_server_having_run_nothing(
+    server: forkclient.ForkServer,
+) -> None:
+    spare = psutil.Process(_spare(server))
+    server.close()
+
+    def gone() -> bool:
+        try:
+            return spare.status() == psutil.STATUS_ZOMBIE  # orphaned; its reaper may be slow
+        except psutil.NoSuchProcess:
+            return True
+
+    wait_for(gone, what="the spare to exit with its fork server")

@@ -14,10 +14,10 @@ message:
 
 - watcher -> server: ``fork`` with one descriptor attached (SCM_RIGHTS), the
   job's channel, on which the watcher then writes the job's spec line. The
-  server reads and parses the spec itself (so the child inherits the parsed
-  spec instead of paying for the parse in pages of its own), then forks. The
-  child calls ``setsid``, puts the channel on its stdin and stdout and runs
-  :func:`supervise.serve`: from there on it is exactly the supervisor of
+  channel goes to the spare (below); without one, the server reads and parses
+  the spec itself, then forks. The child calls ``setsid``, puts the channel
+  on its stdin and stdout and runs :func:`supervise.serve`: from there on
+  it is exactly the supervisor of
   supervise.py (the same handshake over the channel, the same exit.json), and
   it outlives both this server and the watcher.
 - server -> watcher: ``pid N`` (the supervisor forked for the oldest
@@ -29,6 +29,17 @@ message:
 - EOF (the watcher closed its end or died): the server exits. Supervisors it
   forked keep running; orphaned, they are reaped by init (or the nearest
   subreaper), and a watcher finds them again by pid and start time.
+
+A spare: the server keeps one supervisor forked ahead of the next request,
+already in a session of its own and waiting on a private socket. A request
+hands it the job's channel (SCM_RIGHTS); the spare reads and parses the spec
+line itself and goes on as any forked supervisor, and the server answers
+``pid N`` at once and forks the next spare ``REFILL_AFTER`` later (not while
+the spare it gave away forks its job). So a start waits for one fork (the
+job's, in its supervisor), not two. A spare that died meanwhile is replaced
+by a fork on the spot; while none can be forked, requests fork their own. A
+spare exits at EOF on its socket: when the server exits (the watcher went
+away), so does the spare, which never ran anything.
 """
 
 from __future__ import annotations
@@ -39,6 +50,7 @@ import select
 import signal
 import socket
 import sys
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -50,6 +62,10 @@ else:  # run by path under -I -S: hopper is not importable, the supervisor is a 
     import supervise
 
 MAX_MESSAGE = 64  # bytes of a request; a larger one is not ours
+# The next spare is forked this long after one is taken: sooner, its fork competes
+# for the cores with the spare just taken, which is then forking its job.
+REFILL_AFTER = 0.005
+REFILL_RETRY = 1.0  # seconds before another try when a spare could not be forked
 MAX_FDS = 4  # descriptors accepted with one request (one is used; extras are closed)
 
 
@@ -58,14 +74,21 @@ class Server:
         self.ctrl = ctrl
         self.watcher = os.getppid()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.spare: tuple[int, socket.socket] | None = None  # its pid, our end of its socket
+        self.refill_at: float | None = None  # monotonic time to fork the next spare
 
     def serve(self) -> int:
         """Answer fork requests and report exits until the watcher goes away."""
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # the wakeup fd wakes select
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         supervise.warm()  # what every child would load on its own, loaded once here
+        self.refill()
         while True:
-            ready, _, _ = select.select([self.ctrl.fileno(), self.wake_r], [], [])
+            due = self.refill_at
+            timeout = None if due is None else max(0.0, due - time.monotonic())
+            ready, _, _ = select.select([self.ctrl.fileno(), self.wake_r], [], [], timeout)
+            if due is not None and time.monotonic() >= due:
+                self.refill()
             if self.wake_r in ready:
                 self._drain_wakeups()
                 if not self.reap():
@@ -94,6 +117,13 @@ class Server:
             for fd in fds:
                 os.close(fd)
             return self.send(b"error the fork server got a malformed request")
+        spare = self.take_spare()
+        if spare is not None:
+            # The answer first: the spare, woken by the hand-over, may take the
+            # core from the server until it blocks again.
+            answered = self.send(b"pid %d" % spare[0])
+            self.hand_over(spare, fds[0])
+            return answered
         line = _read_line(fds[0])
         if not line:
             os.close(fds[0])
@@ -117,25 +147,99 @@ class Server:
         """In the forked child: become a supervisor of our own; never returns."""
         code = 1
         try:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            os.close(self.wake_r)
-            os.close(self.wake_w)
-            self.ctrl.close()
-            gc.enable()
-            os.setsid()  # out of the server's session: it and the watcher may die
-            os.dup2(channel, 0)
-            os.dup2(channel, 1)
-            os.close(channel)
-            code = supervise.serve(spec)
+            self._leave_server()
+            code = _supervise(channel, spec)
         except BaseException:  # the child must never return into the server's loop
             sys.excepthook(*sys.exc_info())
         finally:
+            _exit(code)
+
+    def _leave_server(self) -> None:
+        """In a forked child: drop the server's descriptors and handlers, own session."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.close(self.wake_r)
+        os.close(self.wake_w)
+        self.ctrl.close()
+        if self.spare is not None:
+            self.spare[1].close()  # else the spare would not see EOF when the server exits
+        gc.enable()
+        os.setsid()  # out of the server's session: it and the watcher may die
+
+    # -- the spare ------------------------------------------------------------------
+    def refill(self) -> None:
+        """Fork the spare for the next request, unless there is one (or no fork now)."""
+        self.refill_at = None
+        if self.spare is not None:
+            return
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError:
+            self.refill_at = time.monotonic() + REFILL_RETRY  # out of descriptors
+            return
+        gc.freeze()
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            self.refill_at = time.monotonic() + REFILL_RETRY  # requests fork their own
+            return
+        if pid == 0:
+            ours.close()
+            self.spare_child(theirs)  # never returns
+        theirs.close()
+        self.spare = (pid, ours)
+
+    def take_spare(self) -> tuple[int, socket.socket] | None:
+        """The spare, if there is one and it lives (a spare never writes: a readable
+        socket is its EOF; its exit is reported when it is reaped)."""
+        spare, self.spare = self.spare, None
+        if spare is not None or self.refill_at is None:
+            self.refill_at = time.monotonic() + REFILL_AFTER
+        if spare is not None and select.select([spare[1]], [], [], 0)[0]:
+            spare[1].close()
+            return None  # it died: this request forks its supervisor itself
+        return spare
+
+    @staticmethod
+    def hand_over(spare: tuple[int, socket.socket], channel: int) -> None:
+        """Give ``channel`` to the spare. Should it die between :meth:`take_spare`
+        and now, the channel closes unread: the watcher sees EOF where it waits for
+        the pid line, as when a freshly forked supervisor dies, and the start fails."""
+        _, link = spare
+        try:
+            socket.send_fds(link, [b"job"], [channel])
+        except OSError:
+            pass
+        finally:
+            link.close()
+            os.close(channel)  # the spare's now: its EOF must mean the watcher went away
+
+    def spare_child(self, link: socket.socket) -> None:
+        """In a spare: wait for a job's channel, then supervise it; never returns."""
+        code = 0
+        try:
+            self._leave_server()
             try:
-                sys.stdout.flush()
-                sys.stderr.flush()
-            finally:
-                os._exit(code)
+                msg, fds, _flags, _addr = socket.recv_fds(link, MAX_MESSAGE, MAX_FDS)
+            except ConnectionError:
+                msg, fds = b"", []
+            link.close()
+            if msg != b"job" or len(fds) != 1:
+                for fd in fds:
+                    os.close(fd)
+                return  # EOF: the server (and so the watcher) went away; nothing ran
+            line = _read_line(fds[0])
+            if not line:
+                os.close(fds[0])
+                return  # the watcher went away before it sent the spec
+            code = 1
+            code = _supervise(fds[0], supervise.parse(line))
+        except BaseException:  # the child must never return into the server's loop
+            sys.excepthook(*sys.exc_info())
+        finally:
+            _exit(code)
 
     def reap(self) -> bool:
         """Report every supervisor that exited; wake the watcher. False once it has gone."""
@@ -173,6 +277,22 @@ class Server:
         except OSError:
             return False  # the watcher has gone
         return True
+
+
+def _supervise(channel: int, spec: LaunchSpec | ProtocolError) -> int:
+    """In a forked supervisor: ``channel`` on stdin and stdout, then supervise.serve."""
+    os.dup2(channel, 0)
+    os.dup2(channel, 1)
+    os.close(channel)
+    return supervise.serve(spec)
+
+
+def _exit(code: int) -> None:
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
 
 
 def _read_line(fd: int) -> bytes:
