@@ -34,12 +34,13 @@ A spare: the server keeps one supervisor forked ahead of the next request,
 already in a session of its own and waiting on a private socket. A request
 hands it the job's channel (SCM_RIGHTS); the spare reads and parses the spec
 line itself and goes on as any forked supervisor, and the server answers
-``pid N`` at once and forks the next spare ``REFILL_AFTER`` later (not while
-the spare it gave away forks its job). So a start waits for one fork (the
-job's, in its supervisor), not two. A spare that died meanwhile is replaced
-by a fork on the spot; while none can be forked, requests fork their own. A
-spare exits at EOF on its socket: when the server exits (the watcher went
-away), so does the spare, which never ran anything.
+``pid N`` at once. It forks the next spare once it has been ``REFILL_QUIET``
+without a request or an exit (not while the spare it gave away forks its
+job). So a start waits for one fork (the job's, in its supervisor), not two.
+A spare that died meanwhile is replaced by a fork on the spot; while none can
+be forked, requests fork their own. A spare exits at EOF on its socket: when
+the server exits (the watcher went away), so does the spare, which never ran
+anything.
 """
 
 from __future__ import annotations
@@ -62,9 +63,10 @@ else:  # run by path under -I -S: hopper is not importable, the supervisor is a 
     import supervise
 
 MAX_MESSAGE = 64  # bytes of a request; a larger one is not ours
-# The next spare is forked this long after one is taken: sooner, its fork competes
-# for the cores with the spare just taken, which is then forking its job.
-REFILL_AFTER = 0.005
+# The next spare is forked once the server has been this long without a request
+# or an exit: not while the spare just taken forks its job, nor while the
+# watcher finishes that start (a fork then competes with them for the cores).
+REFILL_QUIET = 0.005
 REFILL_RETRY = 1.0  # seconds before another try when a spare could not be forked
 MAX_FDS = 4  # descriptors accepted with one request (one is used; extras are closed)
 
@@ -87,8 +89,11 @@ class Server:
             due = self.refill_at
             timeout = None if due is None else max(0.0, due - time.monotonic())
             ready, _, _ = select.select([self.ctrl.fileno(), self.wake_r], [], [], timeout)
-            if due is not None and time.monotonic() >= due:
-                self.refill()
+            if not ready:
+                self.refill()  # the server was quiet for REFILL_QUIET (or a retry is due)
+                continue
+            if self.spare is None:  # not while starts and exits come in
+                self.refill_at = max(self.refill_at or 0.0, time.monotonic() + REFILL_QUIET)
             if self.wake_r in ready:
                 self._drain_wakeups()
                 if not self.reap():
@@ -196,7 +201,7 @@ class Server:
         socket is its EOF; its exit is reported when it is reaped)."""
         spare, self.spare = self.spare, None
         if spare is not None or self.refill_at is None:
-            self.refill_at = time.monotonic() + REFILL_AFTER
+            self.refill_at = time.monotonic() + REFILL_QUIET
         if spare is not None and select.select([spare[1]], [], [], 0)[0]:
             spare[1].close()
             return None  # it died: this request forks its supervisor itself
