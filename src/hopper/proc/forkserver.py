@@ -93,7 +93,7 @@ class Server:
                 self.refill()  # the server was quiet for REFILL_QUIET (or a retry is due)
                 continue
             if self.spare is None:  # not while starts and exits come in
-                self.refill_at = max(self.refill_at or 0.0, time.monotonic() + REFILL_QUIET)
+                self._refill_later(REFILL_QUIET)
             if self.wake_r in ready:
                 self._drain_wakeups()
                 if not self.reap():
@@ -180,7 +180,7 @@ class Server:
         try:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         except OSError:
-            self.refill_at = time.monotonic() + REFILL_RETRY  # out of descriptors
+            self._refill_later(REFILL_RETRY)  # out of descriptors
             return
         gc.freeze()
         try:
@@ -188,7 +188,7 @@ class Server:
         except OSError:
             ours.close()
             theirs.close()
-            self.refill_at = time.monotonic() + REFILL_RETRY  # requests fork their own
+            self._refill_later(REFILL_RETRY)  # requests fork their own meanwhile
             return
         if pid == 0:
             ours.close()
@@ -200,12 +200,15 @@ class Server:
         """The spare, if there is one and it lives (a spare never writes: a readable
         socket is its EOF; its exit is reported when it is reaped)."""
         spare, self.spare = self.spare, None
-        if spare is not None or self.refill_at is None:
-            self.refill_at = time.monotonic() + REFILL_QUIET
+        self._refill_later(REFILL_QUIET)
         if spare is not None and select.select([spare[1]], [], [], 0)[0]:
             spare[1].close()
             return None  # it died: this request forks its supervisor itself
         return spare
+
+    def _refill_later(self, delay: float) -> None:
+        """The next spare no sooner than ``delay`` from now (a retry due later is kept)."""
+        self.refill_at = max(self.refill_at or 0.0, time.monotonic() + delay)
 
     @staticmethod
     def hand_over(spare: tuple[int, socket.socket], channel: int) -> None:
@@ -239,7 +242,7 @@ class Server:
             if not line:
                 os.close(fds[0])
                 return  # the watcher went away before it sent the spec
-            code = 1
+            code = 1  # from here on, a failure is a supervisor's
             code = _supervise(fds[0], supervise.parse(line))
         except BaseException:  # the child must never return into the server's loop
             sys.excepthook(*sys.exc_info())
