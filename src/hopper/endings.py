@@ -81,10 +81,14 @@ class Endings:
 
     def _vanished(self, e: Ended) -> JobRecord:
         """Filed ``lost`` once, in a fresh run directory, and never retried (its
-        prompt went with the directory); the executor has ended its processes."""
+        prompt went with the directory); the executor has ended its processes, if
+        it had any (a queued job's directory can vanish too)."""
         rec, run_dir = e.record, e.run_dir
         log.error(
-            "job=%s its run directory %s was deleted while it ran; filing it lost", rec.id, run_dir
+            "job=%s state=%s its run directory %s was deleted; filing it lost",
+            rec.id,
+            rec.state,
+            run_dir,
         )
         if run_dir.is_symlink():
             run_dir.unlink()  # the link itself, never what it points to

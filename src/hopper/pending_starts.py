@@ -30,7 +30,7 @@ from hopper.loopguard import LoopGuard
 from hopper.running import Running
 from hopper.scaleout import ScaleOut
 from hopper.store import ledger
-from hopper.store.layout import Layout
+from hopper.store.layout import Layout, run_dir_gone
 from hopper.workspace import WorkspaceFailed
 
 
@@ -138,13 +138,15 @@ class PendingStarts:
         return ahead
 
     def _start_failed(self, record: JobRecord, exc: Exception) -> None:
-        """A start that raised (a write refused, a bug): the job is rejected, leases given back."""
+        """A start that raised (a write refused, a bug): the job is rejected, leases given
+        back (one whose run directory was deleted is filed lost: runner.py)."""
+        run_dir = self.layout.run_dir(record.id)
         bug = "" if isinstance(exc, OSError) else " (a bug in hopper: please report it)"
-        self.guard.report(f"start:{record.id}", exc, what=f"job={record.id} could not start")
+        if not run_dir_gone(run_dir):
+            self.guard.report(f"start:{record.id}", exc, what=f"job={record.id} could not start")
         detail = f"could not start: {exc}{bug}"
 
         def reject() -> None:
-            run_dir = self.layout.run_dir(record.id)
             self.never_ran(Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, detail))
 
         self.guard.step(f"reject:{record.id}", reject)

@@ -13,12 +13,9 @@ restart, a reject, an abort while queued, or another watcher's takeover.
 from __future__ import annotations
 
 import logging
-import os
-import stat
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from pathlib import Path
 
 from hopper.agents.registry import driven
 from hopper.clock import Clock
@@ -37,20 +34,16 @@ from hopper.running_watch import RunningWatch
 from hopper.scaleout import ScaleOut
 from hopper.store import ledger
 from hopper.store.jobfile import EXIT_FILE
-from hopper.store.layout import Layout
+from hopper.store.layout import Layout, run_dir_gone
 from hopper.store.takeover import taken_by
 
 log = logging.getLogger(__name__)
 
+QUEUED_VANISHED = (
+    "its run directory was deleted while it was queued (by another job?); "
+    "its prompt and admission record went with it, and it never ran"
+)
 SWEEP_INTERVAL = 0.5  # seconds between checks of ABORT markers and adopted supervisors
-
-
-def _not_a_directory(path: Path) -> bool:
-    """True if ``path`` is gone or is no longer a real directory (a link, a file)."""
-    try:
-        return not stat.S_ISDIR(os.lstat(path).st_mode)
-    except FileNotFoundError:
-        return True
 
 
 def holder_for(owner: str) -> Callable[[Running], str | None]:
@@ -128,8 +121,15 @@ class Runner:
         return self._running.pop(job_id, None)
 
     def _never_ran(self, end: Ended) -> None:
-        """A start that ended before it ran: filed here, its leases given back."""
-        self.ended(end, leased=True)
+        """A start that ended before it ran: filed here, its leases given back.
+
+        Whatever stopped it, a job whose run directory is gone (deleted by
+        another job while it was queued) is filed ``lost`` in a fresh one.
+        """
+        if run_dir_gone(end.run_dir):
+            self.file_vanished(end.record, QUEUED_VANISHED, leased=True)
+        else:
+            self.ended(end, leased=True)
 
     def _hand_back(self, record: JobRecord) -> None:
         """A start its executor deferred: back to the queue."""
@@ -247,7 +247,7 @@ class Runner:
                     self.request_stop(job, reason)
         self._watch.watch_all(tick, failed)
         for job in failed:
-            if _not_a_directory(job.run_dir):
+            if run_dir_gone(job.run_dir):
                 self._vanished(job)  # deleted (or swapped for a link) under it: filed lost once
             else:
                 # ENOSPC, EIO, a bad file in its run directory …: keep the job and try
@@ -303,12 +303,18 @@ class Runner:
             "its run directory was deleted while it ran (by the job?); "
             "its log and prompt went with it"
         )
+        self.file_vanished(job.record, detail, leased=True)
+
+    def file_vanished(self, record: JobRecord, detail: str, *, leased: bool) -> None:
+        """File a job whose run directory is gone ``lost``, in a fresh run directory
+        (endings.py), and give back its leases even if that filing fails."""
+        run_dir = self.layout.run_dir(record.id)
         try:
-            self.ended(
-                Ended(job.record, job.run_dir, How.VANISHED, Reason.LOST, detail), leased=True
-            )
+            self.ended(Ended(record, run_dir, How.VANISHED, Reason.LOST, detail), leased=leased)
         except OSError as exc:
-            log.error("job=%s cannot file it in %s: %s", job.record.id, job.run_dir, exc)
+            log.error("job=%s cannot file it in %s: %s", record.id, run_dir, exc)
+            if leased:
+                self.scale.release(record)
 
     # -- the one way a job ends ---------------------------------------------------
     def ended(self, end: Ended, *, leased: bool = False) -> JobRecord | None:

@@ -23,12 +23,12 @@ from hopper.core.record import JobRecord
 from hopper.core.schedule import KnownJob, SlotLimits, schedule
 from hopper.core.states import Reason
 from hopper.loopguard import LoopGuard
-from hopper.runner import Runner
+from hopper.runner import QUEUED_VANISHED, Runner
 from hopper.scaleout import ScaleOut
 from hopper.store import ledger
 from hopper.store.jobfile import ABORT_FILE
 from hopper.store.known import KnownJobs
-from hopper.store.layout import Layout
+from hopper.store.layout import Layout, run_dir_gone
 from hopper.store.markers import read_pause, take_priority_request
 from hopper.store.quiet_dirs import QuietDirs
 from hopper.store.takeover import taken_by
@@ -197,6 +197,14 @@ class Starts:
             if quiet:
                 continue
             run_dir = self.layout.run_dir(job_id)
+            if mtime is None and run_dir_gone(run_dir):  # deleted by a job: filed lost now
+                self.runner.drop_ahead(job_id)
+                del self.queued[job_id]
+                self.guard.step(
+                    f"vanished:{job_id}",
+                    lambda q=queued: self.runner.file_vanished(q, QUEUED_VANISHED, leased=False),  # type: ignore[misc]
+                )
+                continue
             if (run_dir / ABORT_FILE).exists():
                 if self.mine(job_id, queued):
                     self.runner.drop_ahead(job_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +13,15 @@ PROMPT_SUFFIX = ".prompt.md"
 
 class PathEscapesRoot(ValueError):
     """A path that resolves outside the root (through ``..`` or a symlink)."""
+
+
+def run_dir_gone(path: Path) -> bool:
+    """True if a run directory is gone or no longer a real directory (swapped for a
+    link or a file): deleted under its job, by that job or another one."""
+    try:
+        return not stat.S_ISDIR(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return True
 
 
 def default_root(env: Mapping[str, str]) -> Path:

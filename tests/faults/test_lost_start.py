@@ -1,0 +1,78 @@
+"""A queued job's own files lost before it starts: its run directory deleted,
+its admission.json removed or rewritten. Each is filed with a reason and a
+detail that say what was lost, at once, and the queue goes on.
+
+Real watcher processes, black-box through files and commands: the damage is
+done by another job (or the job itself), as it would be on a shared root.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from conftest import bash, drop, wait_for
+from hopper.core.record import JobRecord
+from hopper.core.states import JobState, Reason
+from hopper.store.jobfile import read_events, read_record
+from hopper.store.layout import Layout
+
+
+def record_of(layout: Layout, name: str) -> JobRecord | None:
+    """The record of the job called ``name``; None while none has a readable one."""
+    for run_dir in layout.runs.iterdir():
+        try:
+            record = read_record(run_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if record.name == name:
+            return record
+    return None
+
+
+def reaches(layout: Layout, name: str, state: JobState, timeout: float = 20.0) -> JobRecord:
+    wait_for(
+        lambda: (r := record_of(layout, name)) is not None and r.state is state,
+        timeout=timeout,
+        what=f"{name} {state}",
+    )
+    record = record_of(layout, name)
+    assert record is not None
+    return record
+
+
+def one_slot(layout: Layout) -> None:
+    config = layout.root.parent / "config.toml"
+    config.write_text(config.read_text() + "max_parallel = 1\n")
+
+
+def test_a_queued_job_whose_run_directory_another_job_deletes_is_filed_lost_at_once(
+    layout: Layout, watchers, tmp_path: Path
+) -> None:
+    """Was: no state, no event, prompt gone, and the queue stalled ~64 s."""
+    one_slot(layout)
+    gate = tmp_path / "victim-id"
+    script = (
+        f'while [ ! -s {gate} ]; do sleep 0.05; done\nrm -rf "$HOPPER_RUN_DIR/../$(cat {gate})"'
+    )
+    drop(layout, "deleter", bash(script))
+    log = tmp_path / "watcher.log"
+    watchers.start(stderr=log)
+    reaches(layout, "deleter", JobState.RUNNING)
+    drop(layout, "victim", bash("echo it ran"))
+    victim = reaches(layout, "victim", JobState.QUEUED)  # the one slot is the deleter's
+    gate.write_text(victim.id)
+    # Filed at once (well before the ~64 s the queue used to stall), and the
+    # slot is free for the next job.
+    record = reaches(layout, "victim", JobState.FAILED, timeout=15)
+    drop(layout, "next", bash("true"))
+    reaches(layout, "next", JobState.SUCCEEDED, timeout=15)
+    watchers.stop_all()
+    assert record.reason is Reason.LOST
+    assert "run directory was deleted while it was queued" in (record.detail or "")
+    assert "never ran" in (record.detail or "")
+    run_dir = layout.run_dir(victim.id)  # a fresh one, with the record and its events
+    events = Counter(e["event"] for e in read_events(run_dir))
+    assert (events["finalized"], events["started"]) == (1, 0)
+    assert not (run_dir / "job.log").exists()
+    assert "will retry" not in log.read_text(), log.read_text()
