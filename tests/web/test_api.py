@@ -12,12 +12,16 @@ from starlette.testclient import TestClient
 
 from hopper.core.states import JobState
 from hopper.store.layout import Layout
-from hopper.web.gate import cookie_name
+from hopper.web.app import create_app
+from hopper.web.gate import cookie_name, session_value
 from web.webtools import TOKEN, make_job, usage
 
 ENDPOINTS = [
-    ("GET", "/"),
+    ("GET", "/ui/"),
     ("GET", "/static/app.js"),
+    ("GET", "/ui/static/app.js"),
+    ("GET", "/ui/api/jobs"),
+    ("POST", "/ui/api/submit"),
     ("GET", "/api/jobs"),
     ("GET", "/api/overview"),
     ("GET", "/api/usage"),
@@ -75,18 +79,65 @@ def test_wrong_cookie_or_query_token_is_401(
     assert r.status_code == 401
 
 
-def test_query_token_becomes_a_strict_httponly_cookie(jobs: Layout, app_client: TestClient) -> None:
+def test_query_token_becomes_a_strict_httponly_session_cookie(
+    jobs: Layout, app_client: TestClient
+) -> None:
     r = app_client.get(f"/?token={TOKEN}&x=1", follow_redirects=False)
     assert r.status_code == 303
-    assert r.headers["location"] == "/?x=1"  # the token leaves the address bar
+    assert r.headers["location"] == "/ui/?x=1"  # the token leaves the address bar
     cookie = r.headers["set-cookie"]
-    assert cookie.startswith(f"{cookie_name(TOKEN)}={TOKEN};")
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
-    page = app_client.get("/")  # the client keeps the cookie
+    assert cookie.startswith(f"{cookie_name(TOKEN)}={session_value(TOKEN)};")
+    assert TOKEN not in cookie
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui/;" in cookie
+    page = app_client.get("/ui/")  # the client keeps the cookie
     assert page.status_code == 200
     assert "text/html" in page.headers["content-type"]
     assert "default-src 'self'" in page.headers["content-security-policy"]
-    assert app_client.get("/api/jobs/job-a").json()["name"] == "secret-name-a"
+    assert app_client.get("/ui/api/jobs/job-a").json()["name"] == "secret-name-a"
+    assert app_client.get("/ui/static/app.js").status_code == 200
+    # the token on an API URL signs in to that URL's copy under /ui/
+    r = app_client.get(f"/api/jobs/job-a?token={TOKEN}", follow_redirects=False)
+    assert r.headers["location"] == "/ui/api/jobs/job-a"
+
+
+def test_the_bare_addresses_lead_into_the_dashboard_without_data(
+    jobs: Layout, app_client: TestClient
+) -> None:
+    for path in ("/", "/ui"):
+        r = app_client.get(path, follow_redirects=False)
+        assert (r.status_code, r.headers["location"], r.text) == (303, "/ui/", "")
+        assert "set-cookie" not in r.headers
+
+
+def test_the_session_cookie_is_no_bearer_token_and_dies_with_the_token(
+    jobs: Layout, app_client: TestClient
+) -> None:
+    """What a listener on another port of 127.0.0.1 receives is the cookie's value: it is
+    not the token, it is refused as Bearer and outside /ui/, and a new token kills it."""
+    session = session_value(TOKEN)
+    assert session != TOKEN and TOKEN not in session
+    submit = {"body": "echo stolen", "agent": "bash"}
+    bearer = {"authorization": f"Bearer {session}"}
+    for method, path in ENDPOINTS:
+        assert app_client.request(method, path, headers=bearer).status_code == 401, path
+    app_client.cookies.set(cookie_name(TOKEN), session)
+    csrf = {"x-hopper-csrf": "1"}
+    assert app_client.post("/api/submit", json=submit, headers=csrf).status_code == 401
+    assert app_client.get("/api/jobs").status_code == 401
+    assert not list(jobs.inbox.glob("*.prompt.md"))
+    # the old cookie's name and value never matched: the raw token as a cookie is refused
+    app_client.cookies.set(cookie_name(TOKEN), TOKEN)
+    assert app_client.get("/ui/api/jobs").status_code == 401
+    # after a new token (hopper web --new-token), the old session is worthless
+    other = "u" * 43
+    with TestClient(create_app(jobs, other), base_url="http://127.0.0.1:8642") as rotated:
+        rotated.cookies.set(cookie_name(other), session)
+        rotated.cookies.set(cookie_name(TOKEN), session)
+        assert rotated.get("/ui/api/jobs").status_code == 401
+        assert rotated.post("/ui/api/submit", json=submit, headers=csrf).status_code == 401
+        rotated.cookies.set(cookie_name(other), session_value(other))
+        assert rotated.get("/ui/api/jobs").status_code == 200
+    assert not list(jobs.inbox.glob("*.prompt.md"))
 
 
 def test_a_token_in_a_post_query_is_refused(jobs: Layout, app_client: TestClient) -> None:
@@ -98,18 +149,18 @@ def test_a_token_in_a_post_query_is_refused(jobs: Layout, app_client: TestClient
 def test_cookie_post_needs_the_csrf_header_and_our_origin(
     jobs: Layout, app_client: TestClient
 ) -> None:
-    app_client.cookies.set(cookie_name(TOKEN), TOKEN)
-    r = app_client.post("/api/pause")
+    app_client.cookies.set(cookie_name(TOKEN), session_value(TOKEN))
+    r = app_client.post("/ui/api/pause")
     assert r.status_code == 403
     assert "x-hopper-csrf" in r.json()["error"]
     r = app_client.post(
-        "/api/pause", headers={"x-hopper-csrf": "1", "origin": "http://evil.example"}
+        "/ui/api/pause", headers={"x-hopper-csrf": "1", "origin": "http://evil.example"}
     )
     assert r.status_code == 403
     assert "evil.example" in r.json()["error"]
     assert not (jobs.root / "PAUSE").exists()
     r = app_client.post(
-        "/api/pause", headers={"x-hopper-csrf": "1", "origin": "http://127.0.0.1:8642"}
+        "/ui/api/pause", headers={"x-hopper-csrf": "1", "origin": "http://127.0.0.1:8642"}
     )
     assert r.status_code == 200, r.text
     assert (jobs.root / "PAUSE").exists()

@@ -10,12 +10,16 @@ what to install. The set-up of the first test saves a screenshot (set
 
 from __future__ import annotations
 
+import http.server
 import os
 import shutil
+import threading
 from collections.abc import Callable, Iterator
+from http.cookies import SimpleCookie
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
@@ -25,6 +29,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from conftest import Watchers, bash, drop
 from hopper.store.layout import Layout
+from hopper.web.gate import cookie_name
 from web.webtools import TOKEN, LiveServer
 
 WAIT = 30.0
@@ -218,3 +223,67 @@ def test_without_the_token_the_page_shows_no_jobs(
     browser.get(live.url + "/")
     assert "missing or wrong token" in browser.page_source
     assert "secret-job" not in browser.page_source
+
+
+class _Listener(http.server.ThreadingHTTPServer):
+    """Another web server on 127.0.0.1 (another user's, or a job's): notes every Cookie."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+        listener = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                listener.seen.append((self.path, self.headers.get("cookie") or ""))
+                self.send_response(200)
+                self.send_header("content-type", "text/plain")
+                self.send_header("content-length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+def test_a_listener_on_another_port_never_sees_a_usable_credential(
+    layout: Layout, live: LiveServer, browser: webdriver.Chrome
+) -> None:
+    browser.get(f"{live.url}/?token={TOKEN}")
+    until(browser, lambda d: "?token" not in d.current_url, "the token to leave the URL")
+    until(browser, lambda d: d.find_element(By.ID, "live").get_attribute("class") == "on", "live")
+    other = _Listener()
+    thread = threading.Thread(target=other.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = other.server_address[1]
+        for path in ("/", "/ui/", "/api/submit"):  # the browser visits the other port
+            browser.get(f"http://127.0.0.1:{port}{path}")
+            until(browser, lambda d: "ok" in d.page_source, f"the listener's {path}")
+    finally:
+        other.shutdown()
+        other.server_close()
+        thread.join(timeout=10)
+    assert [p for p, _ in other.seen if not p.startswith("/favicon")] == [
+        "/",
+        "/ui/",
+        "/api/submit",
+    ]
+    assert all(TOKEN not in cookie for _, cookie in other.seen), other.seen
+    assert dict(other.seen)["/"] == ""  # outside /ui/ the browser sends it nothing
+    values = [morsel.value for _, raw in other.seen for morsel in SimpleCookie(raw).values() if raw]
+    assert values, "the browser sent the session cookie under /ui/ (as it would to any port)"
+    submit = {"body": "echo stolen", "agent": "bash"}
+    for value in values:
+        r = httpx.post(
+            f"{live.url}/api/submit", json=submit, headers={"authorization": f"Bearer {value}"}
+        )
+        assert r.status_code == 401, r.text
+        r = httpx.post(
+            f"{live.url}/api/submit",
+            json=submit,
+            headers={"cookie": f"{cookie_name(TOKEN)}={value}", "x-hopper-csrf": "1"},
+        )
+        assert r.status_code == 401, r.text
+    assert list(layout.inbox.rglob("*.prompt.md")) == []

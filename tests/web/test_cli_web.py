@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,9 @@ import pytest
 
 from hopper.cli.main import main
 from hopper.store.layout import Layout
+from hopper.web.gate import cookie_name, session_value
 from hopper.web.token import BadTokenFile, load_or_create, read_token, token_path
+from waiting import poll_until
 from web.webtools import free_port
 
 
@@ -81,3 +84,44 @@ def test_a_linked_or_garbage_token_file_is_refused(layout: Layout, tmp_path: Pat
     token_path(layout).chmod(0o600)
     with pytest.raises(BadTokenFile, match="does not hold a token"):
         load_or_create(layout)
+
+
+def listening(port: int) -> bool:
+    """The URL is printed just before uvicorn binds: a client may come too early."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    except OSError:
+        return False
+    return True
+
+
+def test_new_token_revokes_the_old_token_and_its_session_cookie(layout: Layout) -> None:
+    old = load_or_create(layout)
+    port = free_port()
+    root = str(layout.root)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hopper", "web", "--new-token", "--root", root, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        new = read_token(token_path(layout))
+        assert new != old and url.endswith(f"?token={new}")
+        assert token_path(layout).stat().st_mode & 0o777 == 0o600
+        base = f"http://127.0.0.1:{port}"
+        poll_until(lambda: listening(port), 20, "hopper web to listen")
+        assert (
+            httpx.get(f"{base}/api/jobs", headers={"authorization": f"Bearer {old}"}).status_code
+            == 401
+        )
+        stale = {"cookie": f"{cookie_name(old)}={session_value(old)}"}
+        assert httpx.get(f"{base}/ui/api/jobs", headers=stale).status_code == 401
+        fresh = {"cookie": f"{cookie_name(new)}={session_value(new)}"}
+        assert httpx.get(f"{base}/ui/api/jobs", headers=fresh).status_code == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+    assert [p.name for p in layout.state_dir.iterdir() if "web-token" in p.name] == ["web-token"]

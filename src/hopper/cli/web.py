@@ -25,6 +25,12 @@ def register(sub: Any) -> None:
     add_root_args(p)
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    p.add_argument(
+        "--new-token",
+        action="store_true",
+        help="replace the token first: every script's token and every signed-in browser "
+        "stop working (revokes a leaked token or session cookie)",
+    )
     p.set_defaults(handler=handle)
 
 
@@ -36,4 +42,4 @@ def handle(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     layout, config = context(args)
     layout.ensure()
-    return serve(layout, config, args.host, args.port)
+    return serve(layout, config, args.host, args.port, new_token=args.new_token)

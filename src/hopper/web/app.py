@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from hopper.config import Config
 from hopper.store.layout import Layout
-from hopper.web import api
+from hopper.web import api, gate
 from hopper.web.actions import Refused
 from hopper.web.catalog import Catalog
 from hopper.web.gate import TokenGate
@@ -83,7 +83,7 @@ def create_app(
         return _asset(request, assets["/static/index.html"])
 
     async def static(request: Request) -> Response:
-        asset = assets.get(request.url.path)
+        asset = assets.get("/static/" + request.path_params["path"])
         if asset is None:
             return Response("not found", status_code=404, media_type="text/plain")
         return _asset(request, asset)
@@ -101,22 +101,12 @@ def create_app(
         assert isinstance(exc, Refused)
         return api.error(exc.reason, exc.status)
 
-    routes = [
-        Route("/", page),
-        Route("/static/{path:path}", static),
-        Route("/api/jobs", api.list_jobs),
-        Route("/api/overview", api.overview_),
-        Route("/api/usage", api.usage),
-        Route("/api/jobs/{id}", api.get_job),
-        Route("/api/jobs/{id}/log", api.get_log),
-        Route("/api/jobs/{id}/events", api.get_events),
-        Route("/api/jobs/{id}/result", api.get_result),
-        Route("/api/jobs/{id}/abort", api.abort, methods=["POST"]),
-        Route("/api/jobs/{id}/retry", api.retry, methods=["POST"]),
-        Route("/api/submit", api.submit, methods=["POST"]),
-        Route("/api/pause", api.pause, methods=["POST"]),
-        Route("/api/resume", api.resume, methods=["POST"]),
-    ]
+    # Everything the page uses lives under /ui/, the session cookie's Path (gate.py);
+    # scripts use the same API at /api/ with the Bearer header.
+    routes = [Route(gate.DASHBOARD, page)]
+    for prefix in ("", gate.DASHBOARD.rstrip("/")):
+        routes.append(Route(prefix + "/static/{path:path}", static))
+        routes.extend(_api_routes(prefix))
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
@@ -128,6 +118,26 @@ def create_app(
     app.state.catalog = catalog
     app.state.hub = hub
     return app
+
+
+def _api_routes(prefix: str) -> list[Route]:
+    return [
+        Route(prefix + path, endpoint, methods=methods)
+        for path, endpoint, methods in [
+            ("/api/jobs", api.list_jobs, None),
+            ("/api/overview", api.overview_, None),
+            ("/api/usage", api.usage, None),
+            ("/api/jobs/{id}", api.get_job, None),
+            ("/api/jobs/{id}/log", api.get_log, None),
+            ("/api/jobs/{id}/events", api.get_events, None),
+            ("/api/jobs/{id}/result", api.get_result, None),
+            ("/api/jobs/{id}/abort", api.abort, ["POST"]),
+            ("/api/jobs/{id}/retry", api.retry, ["POST"]),
+            ("/api/submit", api.submit, ["POST"]),
+            ("/api/pause", api.pause, ["POST"]),
+            ("/api/resume", api.resume, ["POST"]),
+        ]
+    ]
 
 
 def _asset(request: Request, asset: Asset) -> Response:

@@ -1,13 +1,20 @@
 """Who may ask what: the token, its cookie, and CSRF, as ASGI middleware.
 
-Every request needs the token, pages and static files included; without it
-the answer is 401 and carries no job data. Three ways to present it:
+Every request needs a credential, pages and static files included; without
+it the answer is 401 and carries no job data. Three ways to present one:
 
-* ``Authorization: Bearer <token>`` (scripts, the API);
-* ``?token=<token>`` on a page: answered with a redirect to the same URL
-  without it, setting an HttpOnly, SameSite=Strict cookie, so the token
-  leaves the address bar and the browser history;
-* that cookie.
+* ``Authorization: Bearer <token>`` (scripts, the API), anywhere;
+* ``?token=<token>`` on a GET: answered with a redirect into the dashboard
+  (``/ui/``) without it, setting the session cookie, so the token leaves the
+  address bar and the browser history;
+* that cookie, under ``/ui/`` only.
+
+The cookie never holds the token. Browsers send a cookie for 127.0.0.1 to
+every port on it, so any local listener may see it: it holds the *session
+value*, an HMAC of a fixed purpose keyed by the token (:func:`session_value`),
+which is not a bearer token, cannot be turned back into one, is sent only
+under ``/ui/`` (``Path=/ui/; HttpOnly; SameSite=Strict``) and dies with the
+token (``hopper web --new-token``).
 
 State changes are POST only (the routes allow nothing else). A POST that
 relies on the cookie must also carry ``X-Hopper-CSRF: 1`` (a header another
@@ -19,6 +26,7 @@ this server's ``Host``. A POST with the Bearer header is not exposed to CSRF
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -29,6 +37,8 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 CSRF_HEADER = "x-hopper-csrf"
+DASHBOARD = "/ui/"  # the page, its static files and its API calls; the cookie's Path
+SESSION_PURPOSE = b"hopper web: the dashboard's session cookie, v1"
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 SECURITY_HEADERS = [
     (b"x-content-type-options", b"nosniff"),
@@ -52,14 +62,29 @@ def cookie_name(token: str) -> str:
     return "hopper-" + hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
+def session_value(token: str) -> str:
+    """What the sign-in cookie holds: HMAC-SHA256(key=token, SESSION_PURPOSE).
+
+    One-way (the token cannot be recovered from it), never equal to the token,
+    and a new token makes every old session value worthless.
+    """
+    mac = hmac.new(token.encode(), SESSION_PURPOSE, hashlib.sha256).digest()
+    return "s1." + base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+
+
+def _same(presented: str | None, expected: bytes) -> bool:
+    return presented is not None and hmac.compare_digest(presented.encode(), expected)
+
+
 class TokenGate:
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
         self.token = token.encode()
+        self.session = session_value(token).encode()
         self.cookie = cookie_name(token)
 
     def _valid(self, presented: str | None) -> bool:
-        return presented is not None and hmac.compare_digest(presented.encode(), self.token)
+        return _same(presented, self.token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -75,6 +100,9 @@ class TokenGate:
             else:
                 await _refuse(scope, send, 401, UNAUTHORIZED)
             return
+        if method in SAFE_METHODS and scope["path"] in ("/", DASHBOARD.rstrip("/")):
+            await _redirect(send, DASHBOARD.encode())  # where the page lives; no data
+            return
         auth = headers.get("authorization")
         if auth is not None:
             scheme, _, value = auth.partition(" ")
@@ -83,7 +111,8 @@ class TokenGate:
             else:
                 await _refuse(scope, send, 401, UNAUTHORIZED)
             return
-        if not self._valid(_cookie(headers, self.cookie)):
+        in_dashboard = scope["path"].startswith(DASHBOARD)
+        if not (in_dashboard and _same(_cookie(headers, self.cookie), self.session)):
             await _refuse(scope, send, 401, UNAUTHORIZED)
             return
         if method not in SAFE_METHODS:
@@ -97,25 +126,29 @@ class TokenGate:
         self, scope: Scope, headers: Headers, query: list[tuple[str, str]], send: Send
     ) -> None:
         rest = urlencode([(k, v) for k, v in query if k != "token"])
-        location = scope.get("root_path", "") + scope["path"] + (f"?{rest}" if rest else "")
+        path = scope["path"]
+        if not path.startswith(DASHBOARD):  # "/" and the bare API: the dashboard's copy
+            path = DASHBOARD if path in ("/", DASHBOARD.rstrip("/")) else DASHBOARD[:-1] + path
+        location = scope.get("root_path", "") + path + (f"?{rest}" if rest else "")
         secure = scope.get("scheme") == "https" or headers.get("x-forwarded-proto") == "https"
-        cookie = f"{self.cookie}={self.token.decode()}; Path=/; HttpOnly; SameSite=Strict" + (
-            "; Secure" if secure else ""
+        cookie = (
+            f"{self.cookie}={self.session.decode()}; Path={DASHBOARD}; HttpOnly; SameSite=Strict"
+            + ("; Secure" if secure else "")
         )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 303,
-                "headers": [
-                    (b"location", location.encode("latin-1", "replace")),
-                    (b"set-cookie", cookie.encode()),
-                    (b"cache-control", b"no-store"),
-                    (b"content-length", b"0"),
-                    *SECURITY_HEADERS,
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": b""})
+        await _redirect(send, location.encode("latin-1", "replace"), cookie.encode())
+
+
+async def _redirect(send: Send, location: bytes, cookie: bytes | None = None) -> None:
+    headers = [
+        (b"location", location),
+        (b"cache-control", b"no-store"),
+        (b"content-length", b"0"),
+        *SECURITY_HEADERS,
+    ]
+    if cookie is not None:
+        headers.append((b"set-cookie", cookie))
+    await send({"type": "http.response.start", "status": 303, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
 
 
 def csrf_problem(headers: Headers) -> str:
@@ -157,7 +190,8 @@ def _secured(send: Send) -> Send:
 
 async def _refuse(scope: Scope, send: Send, status: int, reason: str) -> None:
     """A refusal with a reason and nothing else: no job data, ever."""
-    if scope["path"].startswith("/api/"):
+    is_api = scope["path"].startswith(("/api/", DASHBOARD + "api/"))
+    if is_api:
         body = json.dumps({"error": reason}).encode()
         kind = b"application/json"
     else:
@@ -172,7 +206,7 @@ async def _refuse(scope: Scope, send: Send, status: int, reason: str) -> None:
         (b"cache-control", b"no-store"),
         *SECURITY_HEADERS,
     ]
-    if status == 401 and scope["path"].startswith("/api/"):
+    if status == 401 and is_api:
         headers.append((b"www-authenticate", b'Bearer realm="hopper"'))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

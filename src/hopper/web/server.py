@@ -28,8 +28,8 @@ def url_for(host: str, port: int, token: str) -> str:
     return f"http://{shown}:{port}/?token={token}"
 
 
-def serve(layout: Layout, config: Config, host: str, port: int) -> int:
-    token = web_token.load_or_create(layout)
+def serve(layout: Layout, config: Config, host: str, port: int, *, new_token: bool = False) -> int:
+    token = web_token.rotate(layout) if new_token else web_token.load_or_create(layout)
     app = create_app(layout, token, config)
     hub = app.state.hub
 

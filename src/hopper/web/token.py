@@ -42,13 +42,35 @@ def load_or_create(layout: Layout) -> str:
         )
     except FileExistsError:
         return read_token(path)
+    _write(fd, token)
+    fsync_dir(path.parent)
+    return token
+
+
+def rotate(layout: Layout) -> str:
+    """A new token in place of the old (temp file, then rename): every script's token and
+    every browser's session cookie stop working; the new URL signs a browser in again."""
+    path = token_path(layout)
+    layout.state_dir.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    tmp = path.with_name(f".{TOKEN_FILE}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        _write(fd, token)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+    return token
+
+
+def _write(fd: int, token: str) -> None:
     try:
         os.write(fd, token.encode() + b"\n")
         os.fsync(fd)
     finally:
         os.close(fd)
-    fsync_dir(path.parent)
-    return token
 
 
 def read_token(path: Path) -> str:

@@ -93,7 +93,7 @@
   function refreshOverview() {
     clearTimeout(overviewTimer);
     overviewTimer = setTimeout(async () => {
-      try { const o = await api("/api/overview"); renderCounts(o.counts); setPaused(o.paused); } catch (e) { /* shown */ }
+      try { const o = await api("api/overview"); renderCounts(o.counts); setPaused(o.paused); } catch (e) { /* shown */ }
     }, 300);
   }
   function setPaused(p) {
@@ -105,14 +105,14 @@
   }
   function connectList() {
     if (listStream) listStream.close();
-    listStream = new EventSource("/api/jobs");
+    listStream = new EventSource("api/jobs");
     const seenSince = new Set();
     listStream.addEventListener("hello", async (e) => {
       $("#live").className = "on";
       setPaused(JSON.parse(e.data).paused);
       seenSince.clear();
       try {
-        const list = await api("/api/jobs?limit=500");
+        const list = await api("api/jobs?limit=500");
         for (const j of list) if (!seenSince.has(j.id)) jobs.set(j.id, j);
         renderList(); refreshOverview();
         if (current) showJob(current, false);
@@ -163,7 +163,7 @@
   }
   async function loadResult(id) {
     try {
-      const text = await api("/api/jobs/" + encodeURIComponent(id) + "/result");
+      const text = await api("api/jobs/" + encodeURIComponent(id) + "/result");
       if (current !== id) return;
       const box = $("#result");
       box.classList.remove("muted");
@@ -177,9 +177,9 @@
       $("#events").replaceChildren();
       const box = $("#result"); box.textContent = "No result yet."; box.classList.add("muted");
       const t = terminal(); t.reset();
-      const base = "/api/jobs/" + encodeURIComponent(id);
+      const base = "api/jobs/" + encodeURIComponent(id);
       logStream = new EventSource(base + "/log");
-      logStream.addEventListener("start", (e) => { t.reset(); if (JSON.parse(e.data).cut) t.write("\x1b[2m[earlier output not shown: GET " + base + "/log]\x1b[0m\n"); });
+      logStream.addEventListener("start", (e) => { t.reset(); if (JSON.parse(e.data).cut) t.write("\x1b[2m[earlier output not shown: GET /" + base + "/log]\x1b[0m\n"); });
       logStream.addEventListener("log", (e) => t.write(JSON.parse(e.data)));
       logStream.addEventListener("reset", () => t.write("\n\x1b[2m--- job.log started over (a new attempt) ---\x1b[0m\n"));
       logStream.addEventListener("problem", (e) => t.write("\n\x1b[31m" + JSON.parse(e.data) + "\x1b[0m\n"));
@@ -194,22 +194,22 @@
       });
       eventStream.addEventListener("end", () => eventStream.close());
     }
-    try { showRecord(await api("/api/jobs/" + encodeURIComponent(id))); }
+    try { showRecord(await api("api/jobs/" + encodeURIComponent(id))); }
     catch (e) { if (current === id) problem(String(e.message || e)); }
   }
 
   // -- actions ---------------------------------------------------------------------------
   $("#job-abort").addEventListener("click", async () => {
     if (!current || !window.confirm("Abort job " + current + "? Its whole process tree is ended.")) return;
-    try { await api("/api/jobs/" + encodeURIComponent(current) + "/abort", { method: "POST" }); problem(""); }
+    try { await api("api/jobs/" + encodeURIComponent(current) + "/abort", { method: "POST" }); problem(""); }
     catch (e) { problem(String(e.message || e)); }
   });
   $("#job-retry").addEventListener("click", async () => {
-    try { const r = await api("/api/jobs/" + encodeURIComponent(current) + "/retry", { method: "POST", body: "{}" }); problem(""); location.hash = "#/"; $("#submit-result").textContent = "retried: " + r.path; }
+    try { const r = await api("api/jobs/" + encodeURIComponent(current) + "/retry", { method: "POST", body: "{}" }); problem(""); location.hash = "#/"; $("#submit-result").textContent = "retried: " + r.path; }
     catch (e) { problem(String(e.message || e)); }
   });
   $("#pause").addEventListener("click", async () => {
-    try { const r = await api(paused ? "/api/resume" : "/api/pause", { method: "POST", body: "{}" }); setPaused(r.paused); }
+    try { const r = await api(paused ? "api/resume" : "api/pause", { method: "POST", body: "{}" }); setPaused(r.paused); }
     catch (e) { problem(String(e.message || e)); }
   });
   $("#submit").addEventListener("submit", async (ev) => {
@@ -217,7 +217,7 @@
     const data = Object.fromEntries(new FormData(ev.target).entries());
     const out = $("#submit-result");
     try {
-      const r = await api("/api/submit", { method: "POST", body: JSON.stringify(data) });
+      const r = await api("api/submit", { method: "POST", body: JSON.stringify(data) });
       out.className = ""; out.textContent = "submitted: " + r.path;
       ev.target.body.value = "";
     } catch (e) { out.className = "problem"; out.textContent = String(e.message || e); }
@@ -242,7 +242,7 @@
   }
   async function showUsage() {
     try {
-      const [day, agent] = await Promise.all([api("/api/usage?by=day"), api("/api/usage?by=agent")]);
+      const [day, agent] = await Promise.all([api("api/usage?by=day"), api("api/usage?by=agent")]);
       const pts = (u) => u.rows.map((r) => ({ key: r.key, value: r.cost_usd, text: "$" + r.cost_usd.toFixed(2) + " · " + r.jobs + " jobs" }));
       $("#chart-day").replaceChildren(bars(pts(day).slice(-30), "cost per day"));
       $("#chart-agent").replaceChildren(bars(pts(agent), "cost per agent"));
