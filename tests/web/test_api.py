@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
+from hopper.core.redaction import redact
 from hopper.core.states import JobState
 from hopper.store.layout import Layout
 from hopper.web.app import create_app
@@ -463,6 +464,17 @@ def test_retry_puts_the_prompt_back_as_a_new_job(jobs: Layout, client: TestClien
     path = Path(r.json()["path"])
     assert path.parent == jobs.inbox and path.name.endswith(".prompt.md")
     assert 'retry_of = "job-c"' in path.read_text()
+
+
+def test_retry_of_a_job_whose_env_was_withheld_is_refused(jobs: Layout, client: TestClient) -> None:
+    """The dashboard cannot give values back: it says which, and how (issue 27)."""
+    text = redact('+++\nagent = "bash"\nenv = { API_TOKEN = "tok-123456789" }\n+++\nexit 3\n')
+    (jobs.run_dir("job-c") / "prompt.md").write_text(text)
+    r = client.post("/api/jobs/job-c/retry")
+    assert r.status_code == 422
+    assert "env values API_TOKEN were withheld when it ended" in r.json()["error"]
+    assert "hopper retry job-c --env API_TOKEN" in r.json()["error"]
+    assert list(jobs.inbox.rglob("*.prompt.md")) == []
 
 
 def test_retry_refusals(jobs: Layout, client: TestClient) -> None:

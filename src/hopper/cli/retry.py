@@ -2,14 +2,17 @@
 
 The new job's record carries ``retry_of`` (the old id); the old run is left
 as it was. Prints the new prompt's inbox path, like ``hopper submit``.
+``--env NAME`` gives back a front matter env value hopper withheld when the
+job ended, from the caller's environment (never on the command line).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
-from hopper.cli.common import EXIT_OK, add_root_args, context
+from hopper.cli.common import EXIT_OK, EXIT_USAGE, add_root_args, context, fail
 from hopper.store.resubmit import resubmit
 
 
@@ -17,10 +20,26 @@ def register(sub: Any) -> None:
     p = sub.add_parser("retry", help="submit a finished job's prompt again as a new job")
     add_root_args(p)
     p.add_argument("id", metavar="ID|NAME", help="job id, id prefix or name (any letter case)")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="give the front matter env NAME again, its value taken from this environment "
+        "(hopper withholds a job's env values when it ends); repeatable",
+    )
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
     layout, config = context(args)
-    print(resubmit(layout, args.id, max_bytes=config.max_prompt_bytes))
+    absent = [name for name in args.env if name not in os.environ]
+    if absent:
+        return fail(
+            f"--env {', '.join(absent)}: not set in this environment "
+            f"(set it first: {absent[0]}=… hopper retry {args.id} --env {absent[0]})",
+            EXIT_USAGE,
+        )
+    env = {name: os.environ[name] for name in args.env}
+    print(resubmit(layout, args.id, max_bytes=config.max_prompt_bytes, env=env))
     return EXIT_OK

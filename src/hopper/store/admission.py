@@ -3,7 +3,8 @@
 The :class:`~hopper.core.admission.StartSpec` holds the prompt's options and
 body as parsed at claim, including its ``env`` values, which may be secrets:
 the file is created mode 0600 (store/atomic.py), and nothing else in hopper
-copies those values into job.json, events or logs. Start reads it instead of
+copies those values into job.json, events or logs; when the job ends for good
+they are withheld from it (store/withhold.py). Start reads it instead of
 prompt.md, so an edited prompt.md cannot change what runs.
 """
 

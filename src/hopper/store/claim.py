@@ -29,6 +29,7 @@ from hopper.store.atomic import write_atomic
 from hopper.store.jobfile import CLAIM_FILE, PROMPT_FILE
 from hopper.store.layout import Layout
 from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_json
+from hopper.store.withhold import make_private
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,9 @@ def claim(
         raise ClaimFailed(
             exc.errno, f"cannot move {prompt} into {run_dir}: {exc.strerror}"
         ) from None
+    # Its front matter env may hold secrets: the watcher's own copy is 0600
+    # (a prompt another user owns keeps its mode; see docs/contract.md).
+    make_private(run_dir / PROMPT_FILE)
     crash_point("claim.after_rename")
     return Claimed(run_dir.name, run_dir, inbox_rel)
 

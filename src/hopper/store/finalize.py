@@ -4,7 +4,10 @@ Steps and what a crash after each leaves behind:
 
 1. write ``job.json`` (terminal, with processed_path)  -> prompt.md still in
    the run dir: recovery moves it (the move is idempotent).
-2. ``rename runs/<id>/prompt.md -> processed/…``       -> done; the
+2. withhold the job's env values (store/withhold.py): prompt.md and
+   admission.json rewritten without them, prompt.md 0600 -> recovery
+   repeats it (idempotent), then moves.
+3. ``rename runs/<id>/prompt.md -> processed/…``       -> done; the
    "finalized" event may be missing and is appended by recovery.
 
 :func:`file_terminal` is the one way a job ends (it ran, or it never could):
@@ -38,6 +41,7 @@ from hopper.faults import crash_point
 from hopper.store import ledger
 from hopper.store.jobfile import PROMPT_FILE, read_record
 from hopper.store.layout import PROMPT_SUFFIX, Layout
+from hopper.store.withhold import withhold_env
 
 MISSING_NOTE = (
     "; prompt.md was gone from the run directory when the job was filed "
@@ -154,7 +158,9 @@ def move_prompt(layout: Layout, run_dir: Path, processed_rel: str) -> bool:
 def _file(
     layout: Layout, run_dir: Path, rel: str, settle: Settle, now: datetime | None
 ) -> str | None:
-    """Move the prompt; the processed path it is at (None: there was none)."""
+    """Withhold the job's env values, then move the prompt; the processed path it
+    is at (None: there was none)."""
+    withhold_env(run_dir, run_dir.name)
     if not os.path.lexists(run_dir / PROMPT_FILE):
         if os.path.lexists(layout.root / rel):
             return rel  # moved before a crash

@@ -7,6 +7,10 @@ carries. It lands in the same inbox sub-folder as the original, so the same
 route applies, under the same file stem, so the new job has the same name
 (``hopper retry NAME`` then ``hopper status NAME`` shows the new run). It is
 written the safe way: a temporary dot-name, fsync, then rename into place.
+
+A job's front matter ``env`` values are withheld from its prompt when it
+ends (store/withhold.py): a retry must be given them again (``env``), and is
+refused, naming the variables, until they are.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from hopper.core.jobid import prompt_stem
 from hopper.core.prompt import FENCE, BadPrompt, decode
 from hopper.core.record import JobRecord
+from hopper.core.redaction import restore, withheld
 from hopper.core.states import ACTIVE_STATES
 from hopper.errors import HopperError
 from hopper.store.inbox_drop import drop_into
@@ -39,10 +45,19 @@ class CannotResubmit(HopperError):
     """The finished job's prompt is gone, unreadable, or cannot carry ``retry_of``."""
 
 
-def resubmit(layout: Layout, job_ref: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Path:
+def resubmit(
+    layout: Layout,
+    job_ref: str,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    env: Mapping[str, str] | None = None,
+) -> Path:
     """Put the prompt of the finished job ``job_ref`` (id, id prefix or name) back in the inbox.
 
-    Returns the new inbox path. Raises :class:`~hopper.errors.JobNotFound` when
+    ``env`` gives front matter ``env`` values: those hopper withheld when the
+    job ended (core/redaction.py) must all be given again, or the retry is
+    refused naming them; it never runs with the placeholder. Returns the new
+    inbox path. Raises :class:`~hopper.errors.JobNotFound` when
     no job matches, :class:`JobStillActive` for a queued or running job, and
     :class:`CannotResubmit` when its prompt cannot be found, read or marked.
     """
@@ -56,7 +71,7 @@ def resubmit(layout: Layout, job_ref: str, *, max_bytes: int = DEFAULT_MAX_BYTES
     source = _prompt_of(layout, record)
     data = _read_prompt(source, max_bytes)
     try:
-        text = mark_retry(decode(data), record.id)
+        text = mark_retry(_with_env(decode(data), record, source, env or {}), record.id)
     except BadPrompt as exc:
         raise CannotResubmit(
             f"cannot add retry_of to this prompt: {exc.message}",
@@ -66,6 +81,34 @@ def resubmit(layout: Layout, job_ref: str, *, max_bytes: int = DEFAULT_MAX_BYTES
     folder = _inbox_folder(layout, record)
     stem = prompt_stem(PurePosixPath(record.inbox_path).name).lstrip(".") or "retry"
     return drop_into(folder, stem, text.encode())
+
+
+def _with_env(text: str, record: JobRecord, source: Path, env: Mapping[str, str]) -> str:
+    """``text`` with ``env`` given back; refused while a withheld value is not."""
+    held = withheld(text)
+    if held.elsewhere:
+        raise CannotResubmit(
+            f"job {record.id}'s prompt had env values withheld when it ended, also from "
+            "its text (a value of 8 or more characters is withheld wherever it appears): "
+            "hopper cannot give them back",
+            path=source,
+            hint="submit the original prompt again: hopper submit FILE",
+        )
+    missing = [key for key in held.keys if key not in env]
+    if missing:
+        given = " ".join(f"--env {key}" for key in missing)
+        raise CannotResubmit(
+            f"job {record.id}'s env values {', '.join(missing)} were withheld when it ended "
+            "(hopper keeps a job's env values only while it can still run)",
+            path=source,
+            hint=f"give them again from your environment: hopper retry {record.id} {given}",
+        )
+    if not env:
+        return text
+    try:
+        return restore(text, env)
+    except ValueError as exc:
+        raise BadPrompt(f"cannot set its env: {exc}") from None
 
 
 def mark_retry(text: str, job_id: str) -> str:

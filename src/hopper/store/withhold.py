@@ -1,0 +1,131 @@
+"""A finished job's ``env`` values, withheld from every file hopper keeps of it.
+
+Every job runs as the watcher's user, so a mode cannot keep one job from
+reading another's run directory: a value hopper still keeps is a value any
+later job can read. So the values are kept exactly as long as the job can
+still need them — while it is queued or running, automatic retries
+included — and withheld when it ends for good (store/finalize.py calls
+:func:`withhold_env` before the prompt moves to processed/, and recovery's
+completion of a finalize goes through the same step):
+
+1. ``runs/<id>/prompt.md`` is rewritten with each value replaced
+   (core/redaction.py), mode 0600, fsynced; a prompt with no value in it is
+   only made 0600 (rewritten if the watcher does not own it);
+2. the files hopper made from the prompt for the agent (:data:`DERIVED`: a
+   bash job's script, an agent's prompt text and driver spec) are rewritten
+   without any value of ``MIN_ELSEWHERE`` characters or more, the same rule
+   as the prompt's text (they hold no env table);
+3. ``admission.json`` is rewritten with the values replaced (the env keys
+   stay; long values go from the body and options too), fsynced.
+
+Each step is idempotent and the values are read from admission.json until
+step 3, so a crash between steps is finished by the next finalize attempt.
+A prompt.md a job replaced by something hopper does not read (a link, a
+FIFO, a file too big or not text) is left as it is: what the job put there
+is the job's, and so is what the job itself wrote (job.log, its working
+directory).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from pathlib import Path
+
+from hopper.core.prompt import BadPrompt, decode
+from hopper.core.redaction import MIN_ELSEWHERE, WITHHELD, redact
+from hopper.store.admission import (
+    ADMISSION_FILE,
+    ADMISSION_MODE,
+    AdmissionUnusable,
+    read_admission,
+)
+from hopper.store.atomic import write_atomic
+from hopper.store.jobfile import PROMPT_FILE
+from hopper.store.saferead import READ_FLAGS, UnreadableFile, read_bytes
+
+PRIVATE_MODE = 0o600
+# The largest prompt copy read to withhold values: far above max_prompt_bytes'
+# default (1 MiB); a bigger one was refused at claim without reading its env.
+READ_LIMIT = 64 << 20
+# What agents/bash.py (SCRIPT_FILE) and agents/driven.py (PROMPT_BODY_FILE,
+# drive.SPEC_FILE) write into the run directory from the prompt's text.
+DERIVED = ("script.sh", "prompt.body.md", "agent.spec.json")
+
+
+def withhold_env(run_dir: Path, job_id: str) -> None:
+    """Withhold the job's env values from its prompt copy and admission.json.
+
+    Raises OSError (ENOSPC …) when a rewrite fails; the values are then still
+    in admission.json for the next attempt.
+    """
+    try:
+        start = read_admission(run_dir, job_id, READ_LIMIT)
+    except AdmissionUnusable:
+        start = None
+    values = list(start.options.env.values()) if start else []
+    _redact_prompt(run_dir / PROMPT_FILE, values)
+    long = sorted((v for v in values if len(v) >= MIN_ELSEWHERE), key=len, reverse=True)
+    if long:
+        for name in DERIVED:
+            _redact_derived(run_dir / name, long)
+    if start is not None:
+        env = {k: WITHHELD for k in start.options.env}
+        options = start.options.model_copy(update={"env": env})
+        kept = _without(start.model_copy(update={"options": options}).model_dump_json(), long)
+        if kept != start.model_dump_json():
+            path = run_dir / ADMISSION_FILE
+            write_atomic(path, kept.encode(), follow_parent=False, mode=ADMISSION_MODE)
+
+
+def _without(text: str, values: list[str]) -> str:
+    """``text`` with each of ``values`` replaced, as written or JSON-escaped."""
+    for value in values:
+        for form in dict.fromkeys([value, json.dumps(value, ensure_ascii=False)[1:-1]]):
+            text = text.replace(form, WITHHELD)
+    return text
+
+
+def _redact_prompt(path: Path, values: list[str]) -> None:
+    try:
+        data = read_bytes(path, READ_LIMIT)
+        text = decode(data)
+    except (FileNotFoundError, UnreadableFile, BadPrompt):
+        return  # gone, or not a prompt hopper reads: nothing hopper can redact
+    redacted = redact(text, values)
+    if redacted == text and make_private(path):
+        return
+    write_atomic(path, redacted.encode(), follow_parent=False, mode=PRIVATE_MODE)
+
+
+def _redact_derived(path: Path, values: list[str]) -> None:
+    """``path`` without ``values``, as written or JSON-escaped (agent.spec.json)."""
+    try:
+        text = read_bytes(path, READ_LIMIT).decode()
+    except (FileNotFoundError, UnreadableFile, UnicodeDecodeError):
+        return
+    redacted = _without(text, values)
+    if redacted != text:
+        write_atomic(path, redacted.encode(), follow_parent=False, mode=PRIVATE_MODE)
+
+
+def make_private(path: Path) -> bool:
+    """Mode 0600 for the regular file at ``path`` (links never followed); False if it
+    is not the watcher's to change (another user's prompt) or not a regular file."""
+    try:
+        fd = os.open(path, READ_FLAGS)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        os.fchmod(fd, PRIVATE_MODE)
+        return True
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.EACCES):
+            raise
+        return False
+    finally:
+        os.close(fd)
