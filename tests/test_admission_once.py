@@ -76,17 +76,19 @@ def test_a_prompt_that_parsed_at_claim_cannot_become_bad_prompt_at_start(
 @pytest.mark.parametrize(
     ("damage", "why"),
     [
-        ("remove", "there is none (claimed by an older hopper"),
-        ("other-job", "it is not usable: it is job someone-else's, not "),
-        ("garbage", "it is not usable: "),
+        ("remove", "is missing (deleted after the claim"),
+        ("other-job", "is not the one hopper wrote at claim (it is job someone-else's, not "),
+        ("garbage", "is not the one hopper wrote at claim ("),
     ],
 )
-def test_a_job_without_a_usable_admission_record_runs_its_prompt_md(
+def test_a_job_without_a_usable_admission_record_is_lost_and_its_prompt_md_never_runs(
     layout: Layout, hopper: Hopper, tmp_path: Path, damage: str, why: str
 ) -> None:
-    """A job queued by an older hopper (no admission.json) still runs after the upgrade."""
+    """admission.json is the job: without it the job is filed lost, saying which file
+    and what happened; prompt.md (edited here) is never parsed in its place."""
     out = tmp_path / "out"
     run_dir = queued_then_stopped(layout, hopper, script(out, "old"))
+    (run_dir / "prompt.md").write_text(script(out, "edited"))
     path = run_dir / ADMISSION_FILE
     if damage == "remove":
         path.unlink()
@@ -98,9 +100,12 @@ def test_a_job_without_a_usable_admission_record_runs_its_prompt_md(
         path.write_text("{not json")
     result = hopper("run", "--until-idle")
     assert result.returncode == 0
-    assert finished(run_dir)["state"] == "succeeded"
-    assert out.read_text() == "old old\n"
-    assert f"no admission record in {path}: {why}" in result.stderr
+    record = finished(run_dir)
+    assert (record["state"], record["reason"]) == ("failed", "lost")
+    detail = str(record["detail"])
+    assert f"runs/{run_dir.name}/admission.json, the job as admitted at claim, {why}" in detail
+    assert "hopper never runs prompt.md in its place" in detail
+    assert not out.exists()  # neither the admitted script nor the edited one ran
 
 
 def test_read_admission(tmp_path: Path) -> None:

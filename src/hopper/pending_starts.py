@@ -180,6 +180,8 @@ class PendingStarts:
         except BadPrompt as exc:
             why = exc.describe(record.inbox_path)
             return Ended(record, run_dir, How.REJECTED, Reason.BAD_PROMPT, why)
+        except prepare.AdmissionLost as exc:  # the job as admitted is gone: so is the job
+            return Ended(record, run_dir, How.REJECTED, Reason.LOST, exc.detail)
         return Launch(record, run_dir, ready.prep, ready.workdir, ready.env, ready.job_vars)
 
     def settle(self, timeout: float = 0.0) -> None:

@@ -3,13 +3,12 @@
 What every executor needs before it launches anything, and nothing about how
 it launches: the folder or worktree (``workspace.py``), the working
 directory, the agent adapter's argv and files, and the job's environment.
-Raises :class:`WorkspaceFailed` or :class:`BadPrompt`; the caller files the
-job as failed with that reason.
+Raises :class:`WorkspaceFailed`, :class:`BadPrompt` or :class:`AdmissionLost`;
+the caller files the job as failed with that reason (``lost`` for the last).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -20,19 +19,14 @@ from hopper.agents.base import Agent, JobContext, Preparation
 from hopper.agents.registry import lookup
 from hopper.config import Config
 from hopper.core import lifecycle
-from hopper.core import prompt as prompts
 from hopper.core.lifecycle import WorkspaceReady
 from hopper.core.prompt import BadPrompt, PromptSpec
 from hopper.core.record import JobRecord
 from hopper.core.templates import template_values
-from hopper.intake import read_prompt
 from hopper.proc import treekill
 from hopper.store.admission import ADMISSION_FILE, AdmissionUnusable, read_admission
 from hopper.store.atomic import write_atomic
-from hopper.store.jobfile import PROMPT_FILE
 from hopper.store.layout import Layout
-
-log = logging.getLogger(__name__)
 
 WORK_DIR = "work"  # the default working directory, inside the run directory
 
@@ -135,28 +129,44 @@ def job_environment(
     }
 
 
-def admitted_prompt(record: JobRecord, run_dir: Path, max_prompt_bytes: int) -> PromptSpec:
-    """The prompt as admitted at claim, from ``admission.json``; prompt.md is not read.
+class AdmissionLost(Exception):
+    """A queued job's admission.json, the job as admitted at claim, is gone or not its own.
 
-    A job with no usable admission.json — claimed by a hopper that did not
-    keep one (queued across an upgrade), or one lost to a power cut, or one
-    a job overwrote — is not failed: its prompt.md is read and parsed, as
-    every start did before admission.json, and a warning says so.
+    The job is lost with it (filed ``lost``): its prompt.md is never parsed in
+    its place, as a job that deleted admission.json and rewrote prompt.md
+    would otherwise choose what its retry runs. ``detail`` names the file,
+    what happened and what to do.
     """
-    why = "there is none (claimed by an older hopper, or lost in a crash)"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+def admitted_prompt(
+    layout: Layout, record: JobRecord, run_dir: Path, max_prompt_bytes: int
+) -> PromptSpec:
+    """The prompt as admitted at claim, from ``admission.json``; prompt.md is never read.
+
+    Raises :class:`AdmissionLost` when there is no admission.json (deleted, or
+    lost to a power cut between claim and start) or it is not the one hopper
+    wrote for this job (a link, not JSON, another job's).
+    """
+    path = run_dir / ADMISSION_FILE
     try:
         start = read_admission(run_dir, record.id, max_prompt_bytes)
     except AdmissionUnusable as exc:
-        start, why = None, f"it is not usable: {exc.why}"
-    if start is not None:
-        return start.prompt()
-    log.warning(
-        "job=%s no admission record in %s: %s; reading its prompt.md as admitted",
-        record.id,
-        run_dir / ADMISSION_FILE,
-        why,
+        what = f"is not the one hopper wrote at claim ({exc.why})"
+    else:
+        if start is not None:
+            return start.prompt()
+        what = "is missing (deleted after the claim, by a job?)"
+    where = layout.relative(path) if path.is_relative_to(layout.root) else str(path)
+    raise AdmissionLost(
+        f"{where}, the job as admitted at claim, {what}; hopper never runs prompt.md "
+        "in its place, so the job is lost (to run it again, check the prompt filed under "
+        f"processed/ and submit it: hopper retry {record.id})"
     )
-    return prompts.parse(read_prompt(run_dir / PROMPT_FILE, max_prompt_bytes))
 
 
 def prepare(
@@ -171,9 +181,9 @@ def prepare(
     ``record`` already carries its workspace (:func:`with_workspace`); the
     prompt is the one admitted at claim (:func:`admitted_prompt`). Raises
     :class:`BadPrompt` when the workdir, a session or the agent's CLI cannot
-    be used, or a job claimed before admission.json existed has a bad prompt.
+    be used, :class:`AdmissionLost` when admission.json is gone or not the job's.
     """
-    spec = admitted_prompt(record, run_dir, config.max_prompt_bytes)
+    spec = admitted_prompt(layout, record, run_dir, config.max_prompt_bytes)
     workdir = workdir_of(record, run_dir)
     agent = lookup(agents, record.agent)
     values = template_values(record, workdir)

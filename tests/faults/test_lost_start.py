@@ -76,3 +76,26 @@ def test_a_queued_job_whose_run_directory_another_job_deletes_is_filed_lost_at_o
     assert (events["finalized"], events["started"]) == (1, 0)
     assert not (run_dir / "job.log").exists()
     assert "will retry" not in log.read_text(), log.read_text()
+
+
+def test_a_job_that_deletes_its_admission_record_and_edits_prompt_md_cannot_choose_its_retry(
+    layout: Layout, hopper, tmp_path: Path
+) -> None:
+    """Was: its retry parsed the edited prompt.md and ran that instead."""
+    planted = tmp_path / "planted"
+    # The edited prompt.md a retry would parse: a bash script (the default agent here).
+    script = f"""rm -f "$HOPPER_RUN_DIR/admission.json"
+echo "touch {planted}" > "$HOPPER_RUN_DIR/prompt.md"
+exit 1"""
+    drop(layout, "chooser", f'+++\nagent = "bash"\nretries = 1\n+++\n{script}\n')
+    result = hopper("run", "--until-idle")
+    assert result.returncode == 0, result.stderr
+    assert not planted.exists(), "the retry ran the edited prompt.md"
+    record = record_of(layout, "chooser")
+    assert record is not None
+    assert (record.state, record.reason, record.attempt) == (JobState.FAILED, Reason.LOST, 2)
+    detail = record.detail or ""
+    assert f"runs/{record.id}/admission.json, the job as admitted at claim, is missing" in detail
+    assert "never runs prompt.md in its place" in detail and f"hopper retry {record.id}" in detail
+    events = [e["event"] for e in read_events(layout.run_dir(record.id))]
+    assert (events.count("started"), events.count("finalized")) == (1, 1)
