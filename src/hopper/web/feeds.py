@@ -8,8 +8,13 @@ many browsers follow the job. A new subscriber first gets a bounded backlog
 live chunks: nothing is lost or repeated in between, as both happen on the
 loop. A file replaced (a new inode, or shorter: a new attempt) starts over.
 
-A subscriber whose queue backs up (a stalled browser) is dropped with a
-``lagging`` message rather than buffered without bound; the page reconnects.
+Every client's queue is bounded in bytes (``QUEUE_BYTES``), not messages:
+JSON-escaping makes binary output up to six times its size, and a stalled
+browser must cost a bounded amount however much a job writes. A subscriber
+that would go over is dropped: its queue is emptied at once and it gets one
+``reload`` message (the page reconnects and starts again from the backlog).
+Log text is cut into messages of at most ``CHUNK_CHARS`` characters, so a
+frame (sse.py) stays near ``FRAME_BYTES`` too.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import asyncio
 import codecs
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,24 +31,48 @@ from hopper.store.saferead import UnreadableFile
 from hopper.web.files import open_regular
 
 BACKLOG_BYTES = 256 * 1024
-PUMP_BYTES = 1 << 20
-QUEUE_MAX = 1024
+PUMP_BYTES = 512 * 1024  # per read; escaped, at most 6 x that: well inside QUEUE_BYTES
+CHUNK_CHARS = 32 * 1024  # of log text per message (at most ~192 KiB once escaped)
+QUEUE_BYTES = 8 << 20  # what one client may have waiting, in bytes
+RELOAD = "reload"  # the event that tells a dropped client to start again
 
 Message = tuple[str, str]  # (SSE event name, data)
+
+
+def size(message: Message) -> int:
+    """A message's weight against ``QUEUE_BYTES`` (its text is ASCII: JSON-escaped)."""
+    return len(message[0]) + len(message[1]) + 16
 
 
 @dataclass(eq=False)
 class Subscriber:
     queue: asyncio.Queue[Message | None] = field(default_factory=asyncio.Queue)
     closed: bool = False
+    queued: int = 0  # bytes waiting in ``queue``
 
     def put(self, message: Message) -> None:
         if self.closed:
             return
-        if self.queue.qsize() >= QUEUE_MAX:
-            self.close(("lagging", "{}"))
+        weight = size(message)
+        if self.queued + weight > QUEUE_BYTES:
+            self.drop("this client fell behind; reload to start again from the end")
             return
+        self.queued += weight
         self.queue.put_nowait(message)
+
+    def take(self) -> Message | None:
+        """The next message (the queue is not empty); ``None`` ends the stream."""
+        message = self.queue.get_nowait()
+        if message is not None:
+            self.queued -= size(message)
+        return message
+
+    def drop(self, reason: str) -> None:
+        """Forget what is waiting (a stalled client holds no memory) and say reload."""
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queued = 0
+        self.close((RELOAD, json.dumps({"reason": reason})))
 
     def close(self, last: Message | None = None) -> None:
         if self.closed:
@@ -99,7 +129,7 @@ class Feed:
         if self.lines:
             out.extend(_events(data.split(b"\n")))
         elif data:
-            out.append(("log", json.dumps(data.decode("utf-8", "replace"))))
+            out.extend(_log(data.decode("utf-8", "replace")))
         return out
 
     def pump(self) -> list[Message]:
@@ -131,24 +161,20 @@ class Feed:
                 buf = buf[cut + 1 :]
             self.partial = buf
         else:
-            text = self.decoder.decode(data)
-            if text:
-                out.append(("log", json.dumps(text)))
+            out.extend(_log(self.decoder.decode(data)))
         return out
 
-    def finish(self) -> list[Message]:
-        """The end of the file: what a job's last, unterminated line held."""
-        out = self.pump()
+    def finish(self) -> Iterator[list[Message]]:
+        """The rest of the file, one read at a time, then what a job's last, unterminated
+        line held (one read's messages at a time: a 100 MB rest is never all in memory)."""
+        yield self.pump()
         while self.more:
-            out.extend(self.pump())
+            yield self.pump()
         if self.lines:
-            out.extend(_events([self.partial]))
+            yield _events([self.partial])
             self.partial = b""
         else:
-            text = self.decoder.decode(b"", final=True)
-            if text:
-                out.append(("log", json.dumps(text)))
-        return out
+            yield _log(self.decoder.decode(b"", final=True))
 
     def broadcast(self, messages: list[Message]) -> None:
         for sub in list(self.subscribers):
@@ -156,6 +182,12 @@ class Feed:
                 sub.put(message)
             if sub.closed:
                 self.subscribers.discard(sub)
+
+
+def _log(text: str) -> list[Message]:
+    return [
+        ("log", json.dumps(text[i : i + CHUNK_CHARS])) for i in range(0, len(text), CHUNK_CHARS)
+    ]
 
 
 def _events(lines: list[bytes]) -> list[Message]:

@@ -170,8 +170,16 @@ class Hub:
 
     def _pump(self, feed: Feed) -> None:
         feed.broadcast(feed.pump())
-        if feed.more:  # more than one read's worth waiting: carry on next turn
+        if not feed.subscribers:  # every follower dropped (lagging) or gone: stop reading
+            self._forget(feed)
+        elif feed.more:  # more than one read's worth waiting: carry on next turn
             self.hint_local(feed)
+
+    def _forget(self, feed: Feed) -> None:
+        for key, f in list(self.feeds.items()):
+            if f is feed:
+                del self.feeds[key]
+                self._sync_watches()
 
     def hint_local(self, feed: Feed) -> None:
         for (job_id, _), f in self.feeds.items():
@@ -243,7 +251,8 @@ class Hub:
                     self.young.discard(job_id)
 
     def _end_feed(self, job_id: str, kind: str, feed: Feed, state: str | None) -> None:
-        feed.broadcast(feed.finish())
+        for messages in feed.finish() if feed.subscribers else ():
+            feed.broadcast(messages)  # a laggard is dropped as it goes, not at the end
         for sub in list(feed.subscribers):
             sub.close(("end", json.dumps({"state": state})))
         del self.feeds[(job_id, kind)]
@@ -273,7 +282,8 @@ class Hub:
             self._pump(feed)
         backlog = feed.backlog()
         if state is not None and state in {s.value for s in TERMINAL_STATES}:
-            backlog.extend(feed.finish())
+            for messages in feed.finish():
+                backlog.extend(messages)
             sub.close(("end", json.dumps({"state": state})))
             return sub, backlog
         feed.subscribers.add(sub)

@@ -7,10 +7,11 @@ from collections.abc import AsyncIterator, Callable
 
 from starlette.responses import StreamingResponse
 
-from hopper.web.feeds import Message, Subscriber
+from hopper.web.feeds import Message, Subscriber, size
 
 KEEPALIVE = 15.0  # seconds of silence before a comment line keeps proxies from timing out
 RETRY_MS = 2000
+FRAME_BYTES = 256 * 1024  # a woken client is sent at most about this much at once
 
 
 def wants_stream(accept: str | None) -> bool:
@@ -29,16 +30,22 @@ async def frames(
     sub: Subscriber, backlog: list[Message], on_close: Callable[[], None]
 ) -> AsyncIterator[bytes]:
     try:
-        yield f"retry: {RETRY_MS}\n\n".encode() + b"".join(encode(m) for m in backlog)
+        yield f"retry: {RETRY_MS}\n\n".encode()
+        for i in range(0, len(backlog), 8):  # the backlog in frames of at most ~1.5 MiB
+            yield b"".join(encode(m) for m in backlog[i : i + 8])
         while True:
             try:
                 first = await asyncio.wait_for(sub.queue.get(), KEEPALIVE)
             except TimeoutError:
                 yield b": keepalive\n\n"
                 continue
+            if first is not None:
+                sub.queued -= size(first)
             batch = [first]
-            while not sub.queue.empty() and batch[-1] is not None:
-                batch.append(sub.queue.get_nowait())
+            weight = 0 if first is None else size(first)
+            while not sub.queue.empty() and batch[-1] is not None and weight < FRAME_BYTES:
+                batch.append(sub.take())
+                weight += size(batch[-1]) if batch[-1] is not None else 0
             yield b"".join(encode(m) for m in batch if m is not None)
             if batch[-1] is None:
                 return

@@ -127,6 +127,7 @@
     });
     listStream.addEventListener("removed", (e) => { jobs.delete(JSON.parse(e.data)); renderList(); refreshOverview(); });
     listStream.addEventListener("pause", (e) => setPaused(JSON.parse(e.data).paused));
+    listStream.addEventListener("reload", () => connectList());  // dropped for falling behind
     listStream.onerror = () => { $("#live").className = "off"; };
   }
 
@@ -184,7 +185,9 @@
       logStream.addEventListener("reset", () => t.write("\n\x1b[2m--- job.log started over (a new attempt) ---\x1b[0m\n"));
       logStream.addEventListener("problem", (e) => t.write("\n\x1b[31m" + JSON.parse(e.data) + "\x1b[0m\n"));
       logStream.addEventListener("end", (e) => { logStream.close(); t.write("\n\x1b[2m--- " + (JSON.parse(e.data).state || "ended") + " ---\x1b[0m\n"); });
-      logStream.addEventListener("lagging", () => { logStream.close(); showJob(id, true); });
+      // dropped for falling behind (the server keeps no backlog for a stalled client): start again
+      const reload = () => { closeJobStreams(); if (current === id) showJob(id, true); };
+      logStream.addEventListener("reload", reload);
       eventStream = new EventSource(base + "/events");
       eventStream.addEventListener("start", () => $("#events").replaceChildren());
       eventStream.addEventListener("event", (e) => {
@@ -193,6 +196,7 @@
         $("#events").append(el("li", {}, el("time", {}, when(ev.ts)), el("b", {}, ev.event), " ", rest));
       });
       eventStream.addEventListener("end", () => eventStream.close());
+      eventStream.addEventListener("reload", reload);
     }
     try { showRecord(await api("api/jobs/" + encodeURIComponent(id))); }
     catch (e) { if (current === id) problem(String(e.message || e)); }
