@@ -7,6 +7,7 @@ from typing import Any
 
 from hopper.cli.common import EXIT_FAILED, add_root_args, context, find_job, warn
 from hopper.core.states import is_terminal
+from hopper.core.terminal import terminal_safe
 from hopper.store.jobfile import ABORT_FILE
 
 
@@ -28,5 +29,5 @@ def handle(args: argparse.Namespace) -> int:
             continue
         marker = layout.run_dir(record.id) / ABORT_FILE
         marker.touch()
-        print(f"abort requested: {record.id} ({marker})")
+        print(terminal_safe(f"abort requested: {record.id} ({marker})"))
     return code

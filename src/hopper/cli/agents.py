@@ -28,6 +28,7 @@ from hopper.cli.common import EXIT_FAILED, EXIT_OK, add_root_args, warn
 from hopper.cli.doctor.agents import agent_version
 from hopper.config import Config, load_config
 from hopper.core.prompt import BadPrompt
+from hopper.core.terminal import terminal_safe
 
 INSTALL_HINT = "not installed: hopper agents install"
 
@@ -134,8 +135,10 @@ def handle_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([asdict(i) for i in infos], indent=2))
         return EXIT_OK
-    rows = [("AGENT", "BIN", "FROM", "VERSION")]
-    rows += [(i.name, i.bin or "-", i.source, i.version) for i in infos]
+    rows: list[tuple[str, ...]] = [("AGENT", "BIN", "FROM", "VERSION")]
+    rows += [  # a version is whatever the binary printed
+        tuple(terminal_safe(c) for c in (i.name, i.bin or "-", i.source, i.version)) for i in infos
+    ]
     widths = [max(len(r[c]) for r in rows) for c in range(3)]
     for r in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)) + "  " + r[3])

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hopper.configfile import NeedsModel, config_root
+from hopper.core.terminal import terminal_safe
 from hopper.errors import HopperError, JobFileCorrupt
 from hopper.store import lookup
 from hopper.store.jobread import read_view
@@ -72,7 +73,9 @@ def _warn_corrupt(exc: JobFileCorrupt) -> None:
 
 
 def warn(message: str) -> None:
-    print(f"hopper: {message}", file=sys.stderr)
+    """``message`` on stderr, its control characters escaped (a name in it cannot
+    drive the terminal); lines stay lines."""
+    print(f"hopper: {terminal_safe(message, lines=True)}", file=sys.stderr)
 
 
 def fail(exc: HopperError | str, code: int = EXIT_FAILED) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 from hopper.cli.common import EXIT_USAGE, add_root_args, find_view, read_context, warn
 from hopper.core.states import is_terminal
+from hopper.core.terminal import terminal_safe
 from hopper.store.jobfile import EVENTS_FILE
 from hopper.store.jobread import read_view
 from hopper.store.tail import read_new_lines, tail_lines
@@ -37,7 +38,8 @@ def register(sub: Any) -> None:
 
 
 def render(event: dict[str, Any]) -> str:
-    """``13:35:40.042  started  pid=1234 …`` in local time."""
+    """``13:35:40.042  started  pid=1234 …`` in local time: one line, whatever the
+    fields hold (control characters escaped: ``inbox_path=inbox/a\\x1b]0;…``)."""
     ts = event.get("ts")
     try:
         when = datetime.fromisoformat(str(ts)).astimezone().strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
@@ -48,7 +50,7 @@ def render(event: dict[str, Any]) -> str:
         for k, v in event.items()
         if k not in ("ts", "event")
     )
-    return f"{when}  {event.get('event', '?'):<16} {rest}".rstrip()
+    return terminal_safe(f"{when}  {event.get('event', '?'):<16} {rest}".rstrip())
 
 
 def emit(lines: list[bytes], as_json: bool) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 
 from hopper.cli.common import add_root_args, context
 from hopper.core.routing import literal_prefix
+from hopper.core.terminal import terminal_safe
 
 
 def register(sub: Any) -> None:
@@ -32,7 +33,7 @@ def handle(args: argparse.Namespace) -> int:
         note = "exists" if existed else "created"
         if len(prefix) < len(key.strip("/").split("/")):
             note += f" (make the {{…}} folders below it yourself: {key})"
-        print(f"{folder}  {note}")
+        print(terminal_safe(f"{folder}  {note}"))
     if not config.routes:
-        print(f"{layout.inbox}  (no routes in the config)")
+        print(terminal_safe(f"{layout.inbox}  (no routes in the config)"))
     return 0

@@ -28,6 +28,7 @@ from hopper.cli.common import (
 )
 from hopper.core.jobview import JobView
 from hopper.core.states import JobState, is_terminal
+from hopper.core.terminal import terminal_safe
 from hopper.store.jobfile import LOG_FILE
 from hopper.store.jobread import read_view
 from hopper.store.layout import Layout
@@ -76,9 +77,9 @@ def never_ran(record: JobView, run_dir: Path) -> str | None:
     """Why a job has no output at all (it never started), or None if it has or may have some."""
     if record.started_at is not None or (run_dir / LOG_FILE).exists():
         return None
-    who = f"job {record.id} ({record.name})"
+    who = terminal_safe(f"job {record.id} ({record.name})")
     if is_terminal(record.state):
-        why = f": {record.detail}" if record.detail else ""
+        why = terminal_safe(f": {record.detail}") if record.detail else ""
         return f"{who} never ran, so it has no output: {record.state} ({record.reason}){why}"
     return (
         f"{who} is {record.state} and has not started yet, so it has no output\n"
@@ -122,7 +123,7 @@ class Prefixer:
             if self.as_json:
                 out.write(json.dumps({"id": job.id, "name": job.name, "line": text}) + "\n")
             else:
-                out.write(f"{job.name} | {text}\n")
+                out.write(f"{terminal_safe(job.name)} | {text}\n")  # the job's text as written
         out.flush()
 
 

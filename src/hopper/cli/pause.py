@@ -10,6 +10,7 @@ import argparse
 from typing import Any
 
 from hopper.cli.common import EXIT_USAGE, add_root_args, context, warn
+from hopper.core.terminal import terminal_safe
 from hopper.store.markers import BadGroup, pause_path
 
 
@@ -35,9 +36,13 @@ def handle(args: argparse.Namespace) -> int:
     if args.pause:
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
-        print(f"paused {what}: {marker}")
+        print(terminal_safe(f"paused {what}: {marker}"))
     else:
         existed = marker.exists()
         marker.unlink(missing_ok=True)
-        print(f"resumed {what}" + ("" if existed else f" (it was not paused: no {marker})"))
+        print(
+            terminal_safe(
+                f"resumed {what}" + ("" if existed else f" (it was not paused: no {marker})")
+            )
+        )
     return 0

@@ -12,6 +12,7 @@ from typing import Any
 
 from hopper.cli.common import EXIT_FAILED, EXIT_USAGE, add_root_args, context, find_job, warn
 from hopper.core.states import JobState
+from hopper.core.terminal import terminal_safe
 from hopper.store.markers import PRIORITY_RANGE, request_priority
 
 
@@ -34,5 +35,9 @@ def handle(args: argparse.Namespace) -> int:
         warn(f"{record.id} is {record.state}; only a queued job can be reordered")
         return EXIT_FAILED
     path = request_priority(layout.run_dir(record.id), args.priority)
-    print(f"priority {record.priority} -> {args.priority} requested: {record.id} ({path})")
+    print(
+        terminal_safe(
+            f"priority {record.priority} -> {args.priority} requested: {record.id} ({path})"
+        )
+    )
     return 0

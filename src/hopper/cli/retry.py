@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 from hopper.cli.common import EXIT_OK, EXIT_USAGE, add_root_args, context, fail
+from hopper.core.terminal import terminal_safe
 from hopper.store.resubmit import resubmit
 
 
@@ -41,5 +42,5 @@ def handle(args: argparse.Namespace) -> int:
             EXIT_USAGE,
         )
     env = {name: os.environ[name] for name in args.env}
-    print(resubmit(layout, args.id, max_bytes=config.max_prompt_bytes, env=env))
+    print(terminal_safe(str(resubmit(layout, args.id, max_bytes=config.max_prompt_bytes, env=env))))
     return EXIT_OK

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from hopper.cli.common import add_root_args, context
+from hopper.core.terminal import terminal_safe
 from hopper.watcher import Watcher
 
 
@@ -24,12 +25,21 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=handle)
 
 
+class _SafeFormatter(logging.Formatter):
+    """One record, one line: log lines quote inbox names, whose control characters
+    (a newline too: it would forge a line of the journal) reach stderr escaped."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return terminal_safe(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return terminal_safe(super().formatException(ei), lines=True)
+
+
 def setup_logging(verbose: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_SafeFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     logging.getLogger("watchdog").setLevel(logging.WARNING)
 
 

@@ -20,6 +20,7 @@ from hopper.core.durations import BadDuration, format_duration, parse_duration
 from hopper.core.selection import JobFilter
 from hopper.core.states import JobState
 from hopper.core.summary import JobSummary, summarize
+from hopper.core.terminal import terminal_safe
 from hopper.store.index import JobIndex
 from hopper.store.layout import Layout
 from hopper.store.lookup import unclaimed
@@ -141,6 +142,9 @@ def row(record: JobRecord, now: datetime) -> tuple[str, ...]:
 
 
 def table(rows: list[tuple[str, ...]]) -> str:
+    """Aligned columns; every cell's control characters escaped (a name is the
+    dropper's choice: a newline in it must not forge a row)."""
+    rows = [tuple(terminal_safe(c) for c in r) for r in rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
@@ -182,17 +186,15 @@ def handle(args: argparse.Namespace) -> int:
             jobs = [j for j in sorted(named.values(), key=lambda j: j.id) if wanted.matches(j)]
         if args.json:
             for line in pending:
-                warn(line)
+                warn(terminal_safe(line))
             write_json_array(index.raw(j.id for j in jobs), sys.stdout)
             return code
-    for line in pending:
-        print(line)
-    for line in pause_lines(layout):
-        print(line)
+    for line in (*pending, *pause_lines(layout)):
+        print(terminal_safe(line))
     if not jobs and pending:
         return code
     if not jobs:
-        print(f"no jobs under {layout.runs}" + (" match" if _filtered(args) else ""))
+        print(terminal_safe(f"no jobs under {layout.runs}" + (" match" if _filtered(args) else "")))
         return code
     rows = [
         summary_row(j, now, agent_activity(layout, j.id) if j.state is JobState.RUNNING else "-")

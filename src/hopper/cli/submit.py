@@ -16,6 +16,7 @@ from hopper.cli.common import EXIT_FAILED, EXIT_USAGE, add_root_args, context, w
 from hopper.core import frontmatter
 from hopper.core.jobid import prompt_stem, slugify
 from hopper.core.prompt import FENCE, BadPrompt, PromptOptions, decode
+from hopper.core.terminal import terminal_safe
 from hopper.store.inbox_drop import drop_into
 from hopper.store.layout import Layout
 
@@ -131,5 +132,5 @@ def handle(args: argparse.Namespace) -> int:
             "nothing was submitted: free space or fix the inbox's permissions, then submit again"
         )
         return EXIT_FAILED
-    print(target)
+    print(terminal_safe(str(target)))
     return 0

@@ -24,6 +24,7 @@ from hopper.cli.common import (
 )
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState, is_terminal
+from hopper.core.terminal import terminal_safe
 from hopper.store.inbox import scan
 from hopper.store.jobfile import JOB_FILE, PROMPT_FILE, iter_run_dirs, read_record
 from hopper.store.layout import Layout
@@ -65,7 +66,7 @@ def handle(args: argparse.Namespace) -> int:
     bad = [r for r in ended if r.state is not JobState.SUCCEEDED]
     if not args.quiet:
         for record in ended:
-            print(f"{record.id}  {record.state}  {record.reason or ''}".rstrip())
+            print(terminal_safe(f"{record.id}  {record.state}  {record.reason or ''}".rstrip()))
     return EXIT_FAILED if bad else 0
 
 

@@ -24,6 +24,7 @@ from hopper.core.durations import format_duration
 from hopper.core.overview import Liveness, Overview, overview
 from hopper.core.states import JobState
 from hopper.core.summary import JobSummary
+from hopper.core.terminal import terminal_safe
 from hopper.store.index import JobIndex
 from hopper.store.jobfile import ABORT_FILE, LOG_FILE
 from hopper.store.layout import Layout
@@ -93,7 +94,7 @@ class View:
             job, self.confirm = self.confirm, None
             if ch in (ord("y"), ord("Y")):
                 (self.layout.run_dir(job.id) / ABORT_FILE).touch()
-                self.message = f"abort requested: {job.name} ({job.id})"
+                self.message = f"abort requested: {terminal_safe(job.name)} ({job.id})"
             else:
                 self.message = "abort cancelled"
             return True
@@ -118,7 +119,10 @@ class View:
         if job is None or rows <= 0:
             return []
         lines, _ = tail_lines(self.layout.run_dir(job.id) / LOG_FILE, rows)
-        text = [ln.decode("utf-8", "replace").replace("\r", "").expandtabs() for ln in lines]
+        text = [
+            terminal_safe(ln.decode("utf-8", "replace").replace("\r", "").expandtabs())
+            for ln in lines
+        ]
         if self.copy_mode:
             self.frozen = text
         return text
@@ -130,7 +134,8 @@ class View:
         put(scr, 0, status_bar(ov, self.copy_mode).ljust(width), width, curses.A_REVERSE)
         if self.running:
             tabs = "  ".join(
-                (f"[{j.name}]" if j.id == self.selected else j.name) for j in self.running
+                (f"[{terminal_safe(j.name)}]" if j.id == self.selected else terminal_safe(j.name))
+                for j in self.running
             )
             job = self.current()
             where = f"{self.running.index(job) + 1}/{len(self.running)}" if job else ""
@@ -141,7 +146,7 @@ class View:
         for i, line in enumerate(self.output(height - 3)):
             put(scr, 2 + i, line, width, 0)
         if self.confirm is not None:
-            footer = f" abort {self.confirm.name} ({self.confirm.id})? y/n"
+            footer = f" abort {terminal_safe(self.confirm.name)} ({self.confirm.id})? y/n"
             put(scr, height - 1, footer.ljust(width), width, curses.A_REVERSE)
         else:
             put(scr, height - 1, f" {self.message or HELP}", width, curses.A_DIM)

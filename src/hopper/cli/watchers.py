@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from hopper.cli.common import add_root_args, context
+from hopper.core.terminal import terminal_safe
 from hopper.scaleout import describe
 
 
@@ -30,18 +31,21 @@ def handle(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=2))
         return 0
     if not rows:
-        print("no watcher heartbeats under", layout.state_dir / "watchers")
+        print(terminal_safe(f"no watcher heartbeats under {layout.state_dir / 'watchers'}"))
         return 0
     header = ("HOST", "PID", "STATE", "AGE", "RUNNING", "QUEUED", "VERSION")
     table = [header] + [
-        (
-            str(r.get("host")),
-            str(r.get("pid")),
-            str(r.get("state")),
-            f"{r.get('age_seconds')}s",
-            str(r.get("running")),
-            str(r.get("queued")),
-            str(r.get("version")),
+        tuple(  # heartbeat files sit where jobs can write: their text is escaped
+            terminal_safe(cell)
+            for cell in (
+                str(r.get("host")),
+                str(r.get("pid")),
+                str(r.get("state")),
+                f"{r.get('age_seconds')}s",
+                str(r.get("running")),
+                str(r.get("queued")),
+                str(r.get("version")),
+            )
         )
         for r in rows
     ]

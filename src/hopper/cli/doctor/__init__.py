@@ -36,6 +36,7 @@ from hopper.cli.doctor.root import (
 from hopper.cli.doctor.systemd import check_notify_socket
 from hopper.cli.doctor.watcher import check_degraded, check_watcher_degraded
 from hopper.config import Config
+from hopper.core.terminal import terminal_safe
 from hopper.store.layout import Layout, resolve_root
 
 
@@ -64,9 +65,10 @@ def run_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Check]:
 def render(checks: Iterable[Check]) -> str:
     lines = []
     for c in checks:
-        lines.append(f"{c.status:<5} {c.name:<12} {c.message}")
+        # A finding quotes paths and names it found: escaped, one line each.
+        lines.append(f"{c.status:<5} {c.name:<12} {terminal_safe(c.message)}")
         if c.fix and c.status != "ok":
-            lines.append(f"{'':<5} {'':<12} fix: {c.fix}")
+            lines.append(f"{'':<5} {'':<12} fix: {terminal_safe(c.fix)}")
     return "\n".join(lines) + "\n"
 
 
