@@ -71,7 +71,10 @@ def _split(text: str) -> _Parts:
 
 def env_values(text: str) -> list[str]:
     """The string values of ``text``'s front matter ``env`` table (none if unreadable)."""
-    front = _split(text).front
+    return _env_values(_split(text).front)
+
+
+def _env_values(front: dict[str, Any] | None) -> list[str]:
     env = front.get("env") if front else None
     if not isinstance(env, dict):
         return []
@@ -95,7 +98,7 @@ def redact(text: str, values: Iterable[str] = ()) -> str:
     kept as written apart from the replacement of long values.
     """
     parts = _split(text)
-    secrets = {v for v in [*values, *env_values(text)] if v}
+    secrets = {v for v in [*values, *_env_values(parts.front)] if v}
     long = sorted((v for v in secrets if len(v) >= MIN_ELSEWHERE), key=len, reverse=True)
     pattern = re.compile("|".join(re.escape(v) for v in long)) if long else None
 

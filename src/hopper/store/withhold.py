@@ -34,6 +34,7 @@ import os
 import stat
 from pathlib import Path
 
+from hopper.core.admission import StartSpec
 from hopper.core.prompt import BadPrompt, decode
 from hopper.core.redaction import MIN_ELSEWHERE, WITHHELD, redact
 from hopper.store.admission import (
@@ -53,6 +54,7 @@ READ_LIMIT = 64 << 20
 # What agents/bash.py (SCRIPT_FILE) and agents/driven.py (PROMPT_BODY_FILE,
 # drive.SPEC_FILE) write into the run directory from the prompt's text.
 DERIVED = ("script.sh", "prompt.body.md", "agent.spec.json")
+_NO_ENV = b'"env":{}'  # as admission.json (pydantic's compact JSON) writes an empty env
 
 
 def withhold_env(run_dir: Path, job_id: str) -> None:
@@ -61,10 +63,7 @@ def withhold_env(run_dir: Path, job_id: str) -> None:
     Raises OSError (ENOSPC …) when a rewrite fails; the values are then still
     in admission.json for the next attempt.
     """
-    try:
-        start = read_admission(run_dir, job_id, READ_LIMIT)
-    except AdmissionUnusable:
-        start = None
+    start = _admitted(run_dir, job_id)
     values = list(start.options.env.values()) if start else []
     _redact_prompt(run_dir / PROMPT_FILE, values)
     long = sorted((v for v in values if len(v) >= MIN_ELSEWHERE), key=len, reverse=True)
@@ -78,6 +77,21 @@ def withhold_env(run_dir: Path, job_id: str) -> None:
         if kept != start.model_dump_json():
             path = run_dir / ADMISSION_FILE
             write_atomic(path, kept.encode(), follow_parent=False, mode=ADMISSION_MODE)
+
+
+def _admitted(run_dir: Path, job_id: str) -> StartSpec | None:
+    """The job's admission, if it holds env values (most hold none: no model is parsed)."""
+    try:
+        head = read_bytes(run_dir / ADMISSION_FILE, READ_LIMIT)
+    except (FileNotFoundError, UnreadableFile):
+        return None
+    # A key written by hopper: a quote inside a JSON string is always escaped.
+    if _NO_ENV in head:
+        return None
+    try:
+        return read_admission(run_dir, job_id, READ_LIMIT)
+    except AdmissionUnusable:
+        return None
 
 
 def _without(text: str, values: list[str]) -> str:
