@@ -21,6 +21,9 @@ Why a process between the supervisor and ``<engine> run``:
 
 Exits with ``<engine> run``'s status: the container's exit code, or the
 engine's own (125: the engine failed; 126/127: the command could not run).
+A ``run`` ended by a signal it was not sent by us (SIGKILL, the OOM killer)
+has the container stopped by the engine, then this process ends by the same
+signal, so the supervisor records the signal.
 """
 
 from __future__ import annotations
@@ -124,11 +127,29 @@ def main(argv: list[str]) -> int:
         except subprocess.TimeoutExpired:
             stopper.kill()
             stopper.wait()
+    if status < 0 and stopper is None:
+        # `run` itself was killed (SIGKILL, the OOM killer), not stopped by us: the
+        # container runs on under conmon, unwatched. The engine stops it first.
+        _quiet([*engine, "stop", "-t", str(grace), name], grace + ENGINE_CALL_TIMEOUT)
     _reap_others(time.monotonic() + REAP_WAIT)
-    if status < 0:  # `run` itself was killed: end the same way
-        signal.signal(-status, signal.SIG_DFL)
-        os.kill(os.getpid(), -status)
+    if status < 0:
+        return _end_by(-status)
     return status
+
+
+def _end_by(signum: int) -> int:
+    """End this process by ``signum``, as `run` ended: the supervisor records the signal.
+
+    SIGKILL (and SIGSTOP) take no handler, so only the others are reset to the default.
+    Returns 128 + ``signum`` for a signal whose default does not end a process.
+    """
+    if signum not in (signal.SIGKILL, signal.SIGSTOP):
+        try:
+            signal.signal(signum, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # not a signal this process may handle: its default already applies
+    os.kill(os.getpid(), signum)
+    return 128 + signum
 
 
 if __name__ == "__main__":
