@@ -13,7 +13,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from containers.engine import ENGINE, IMAGE, containers_of, image_tar, podman_missing
+from containers.engine import (
+    ENGINE,
+    IMAGE,
+    NO_BASH_IMAGE,
+    containers_of,
+    image_tar,
+    podman_missing,
+)
 from hopper.store.layout import Layout
 
 
@@ -28,6 +35,15 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> str:
     tar.write_bytes(image_tar())
     subprocess.run([*ENGINE, "import", str(tar), IMAGE], capture_output=True, check=True)
     return IMAGE
+
+
+@pytest.fixture(scope="session")
+def image_without_bash(image: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The test image without /bin/bash: busybox's sh only, as in busybox or alpine."""
+    tar = tmp_path_factory.mktemp("image") / "nobash.tar"
+    tar.write_bytes(image_tar(bash=False))
+    subprocess.run([*ENGINE, "import", str(tar), NO_BASH_IMAGE], capture_output=True, check=True)
+    return NO_BASH_IMAGE
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ from hopper.store.layout import Layout
 ENGINE = ["podman", "--runtime", "runc"]
 RUN_ARGS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 IMAGE = "localhost/hopper-test-busybox:1"
+NO_BASH_IMAGE = "localhost/hopper-test-busybox-nobash:1"  # busybox alone, like alpine
 BUSYBOX = Path("/bin/busybox")
 BASH = b"""#!/bin/sh
 # hopper runs a bash job as: bash --noprofile --norc SCRIPT
@@ -50,8 +51,8 @@ def podman_missing() -> str | None:
     return None
 
 
-def image_tar() -> bytes:
-    """/bin/busybox, a link per applet, /bin/bash, /tmp: the whole test image."""
+def image_tar(bash: bool = True) -> bytes:
+    """/bin/busybox, a link per applet, /bin/bash (unless not ``bash``), /tmp: the image."""
     applets = subprocess.run(
         [str(BUSYBOX), "--list"], capture_output=True, text=True, check=True
     ).stdout.split()
@@ -68,9 +69,10 @@ def image_tar() -> bytes:
             link = tarfile.TarInfo(f"bin/{name}")
             link.type, link.linkname = tarfile.SYMTYPE, "busybox"
             tar.addfile(link)
-        script = tarfile.TarInfo("bin/bash")
-        script.size, script.mode = len(BASH), 0o755
-        tar.addfile(script, io.BytesIO(BASH))
+        if bash:
+            script = tarfile.TarInfo("bin/bash")
+            script.size, script.mode = len(BASH), 0o755
+            tar.addfile(script, io.BytesIO(BASH))
     return buf.getvalue()
 
 

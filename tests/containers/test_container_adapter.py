@@ -27,6 +27,7 @@ from hopper.executors.container import (
     run_argv,
     shim_argv,
 )
+from hopper.executors.container_probe import has_program
 
 JOB = ContainerJob(name="hopper-j1", image="img:1", network="none", cpus=2)
 
@@ -181,7 +182,18 @@ def test_check_image_says_the_engine_does_not_answer(tmp_path: Path) -> None:
 
 
 def test_check_image_passes_when_the_engine_has_it(tmp_path: Path) -> None:
-    check_image(fake_engine(tmp_path, "", 0, "sha256:abc"), "img:1")
+    assert check_image(fake_engine(tmp_path, "", 0, "sha256:abc"), "img:1") == "sha256:abc"
+
+
+def test_the_bash_probe_tells_present_missing_and_unknown(tmp_path: Path) -> None:
+    """Only the engine's "not found" with 127 is "no bash"; an engine error is "cannot tell"
+    (the job then runs and says what went wrong), never a refusal."""
+    missing = 'Error: runc create failed: exec: "bash": executable file not found in $PATH'
+    assert has_program(fake_engine(tmp_path, missing, 127), "img:1", "bash") is False
+    assert has_program(fake_engine(tmp_path, "", 0), "img:1", "bash") is True
+    assert has_program(fake_engine(tmp_path, "Error: storage is locked", 125), "i", "bash") is None
+    assert has_program(fake_engine(tmp_path, "command failed", 127), "img:1", "bash") is None
+    assert has_program([str(tmp_path / "no-such-engine")], "img:1", "bash") is None
 
 
 def test_remove_treats_no_such_container_as_done(tmp_path: Path) -> None:

@@ -82,3 +82,26 @@ def wait_for_client(name: str) -> psutil.Process:
 
     wait_for(seen, timeout=30, what=f"the engine client of {name}")
     return found[-1]
+
+
+def test_a_bash_job_in_an_image_without_bash_fails_at_start_saying_so(
+    layout: Layout, config_file: Path, hopper, image_without_bash: str
+) -> None:
+    """busybox (or alpine) has sh, not bash: the job fails `spawn_failed` before it runs,
+    the reason names the missing bash and the fix (was: `exit_nonzero` 127, the OCI
+    runtime's "executable file not found" in job.log as the only clue)."""
+    use(config_file)
+    drop(
+        layout,
+        "nobash",
+        f'+++\nagent = "bash"\nimage = "{image_without_bash}"\n+++\ntouch ran\n',
+    )
+    assert hopper("run", "--until-idle", timeout=120).returncode == 0
+    run_dir = only_run(layout)
+    record = read_record(run_dir)
+    assert (record.state, record.reason) == (JobState.FAILED, Reason.SPAWN_FAILED), record
+    detail = record.detail or ""
+    assert f"image '{image_without_bash}' has no bash" in detail, detail
+    assert "apk add bash" in detail and "hopper retry" in detail, detail
+    assert record.exit_code is None
+    assert not (run_dir / "work" / "ran").exists()

@@ -130,8 +130,8 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-def check_image(engine: Sequence[str], image: str) -> None:
-    """Raise ContainerUnavailable unless the engine answers and has ``image`` locally."""
+def check_image(engine: Sequence[str], image: str) -> str:
+    """The image's id; raises ContainerUnavailable unless the engine answers and has it."""
     try:
         done = _call([*engine, "image", "inspect", "--format", "{{.Id}}", image])
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -140,7 +140,7 @@ def check_image(engine: Sequence[str], image: str) -> None:
             "check that it runs (podman info / docker info)"
         ) from None
     if done.returncode == 0:
-        return
+        return done.stdout.strip() or image
     said = _last_line(done.stderr)
     if any(word in said.lower() for word in UNANSWERED):
         raise ContainerUnavailable(

@@ -42,8 +42,9 @@ from hopper.executors.container import (
     run_argv,
     shim_argv,
 )
+from hopper.executors.container_probe import has_program, missing_program
 from hopper.executors.local import Command, LocalExecutor
-from hopper.executors.protocol import Ended, How, Launch
+from hopper.executors.protocol import Context, Ended, How, Launch
 from hopper.store import ledger
 from hopper.store.atomic import write_atomic
 
@@ -58,6 +59,10 @@ class ContainerExecutor(LocalExecutor):
 
     name = "container"
     engine_event = "container_exit_from_engine"
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        self.has_bash: dict[str, bool] = {}  # image id -> whether bash runs in it (asked once)
 
     def engine(self) -> list[str]:
         return resolve_engine(self.ctx.config.container.engine)
@@ -109,7 +114,9 @@ class ContainerExecutor(LocalExecutor):
         assert job is not None, "a container job is admitted with its container"
         cfg = self.ctx.config
         engine = self.engine()
-        check_image(engine, job.image)
+        image_id = check_image(engine, job.image)
+        if prep.argv[:1] == ["bash"]:
+            self.need_bash(engine, job.image, image_id)
         mmap = mount_map(job, workdir, run_dir)
         inside = {k: mmap.translate(v) for k, v in job_vars.items() if k not in HOST_ONLY_ENV}
         names = sorted(inside)
@@ -145,6 +152,16 @@ class ContainerExecutor(LocalExecutor):
         # The supervisor's SIGTERM becomes `<engine> stop -t kill_grace`; its own
         # SIGKILL waits a little longer, so the engine's stop runs its course.
         return shim_argv(engine, job.name, cfg.kill_grace, run), env, cfg.kill_grace + STOP_MARGIN
+
+    def need_bash(self, engine: list[str], image: str, image_id: str) -> None:
+        """A bash job's image must have bash; raises ContainerUnavailable saying so if not."""
+        if image_id not in self.has_bash:
+            found = has_program(engine, image, "bash", self.ctx.config.container.run_args)
+            if found is None:
+                return  # the engine could not tell: the job runs and says what went wrong
+            self.has_bash[image_id] = found
+        if not self.has_bash[image_id]:
+            raise ContainerUnavailable(missing_program(engine, image, "bash"))
 
     def refine(self, record: JobRecord, outcome: Outcome) -> Outcome:
         """A container ended by the engine's OOM killer (past ``--memory``) is ``memory_limit``.
