@@ -105,3 +105,34 @@ def test_a_bash_job_in_an_image_without_bash_fails_at_start_saying_so(
     assert "apk add bash" in detail and "hopper retry" in detail, detail
     assert record.exit_code is None
     assert not (run_dir / "work" / "ran").exists()
+
+
+AGENT_WRITES_A_SCRIPT = (
+    "\n[agents.boxed]\n"
+    'argv = ["sh", "-c", "echo \'pwd > where.txt; ls /sys/class/net > nets.txt\' '
+    '> run-tests.sh", "{prompt_file}"]\n'
+    "stdin = false\n"
+)
+
+
+def test_check_runs_in_the_jobs_container_not_on_the_host(
+    layout: Layout, config_file: Path, hopper
+) -> None:
+    """An agent in a `network = "none"` container writes run-tests.sh into the workdir;
+    `check = ["sh", "run-tests.sh"]` runs it in the job's container (its working directory
+    the workdir's mount, no network but loopback), not on the host as the watcher's user
+    (was: on the host, in the host's workdir)."""
+    use(config_file, AGENT_WRITES_A_SCRIPT)
+    drop(
+        layout,
+        "checked",
+        '+++\nagent = "boxed"\nnetwork = "none"\ncheck = ["sh", "run-tests.sh"]\n+++\nwrite it\n',
+    )
+    assert hopper("run", "--until-idle", timeout=120).returncode == 0
+    run_dir = only_run(layout)
+    record = read_record(run_dir)
+    assert (record.state, record.reason) == (JobState.SUCCEEDED, Reason.COMPLETED), record.detail
+    work = run_dir / "work"
+    assert (work / "where.txt").read_text().strip() == "/work"
+    assert (work / "nets.txt").read_text().split() == ["lo"]
+    assert "[check] sh run-tests.sh (in the container)" in (run_dir / "job.log").read_text()

@@ -55,12 +55,24 @@ def turn_argv(
     return in_container(argv, container) if container else argv
 
 
-def in_container(argv: list[str], container: Mapping[str, Any]) -> list[str]:
+def in_container(
+    argv: list[str], container: Mapping[str, Any], *, bare_program: bool = True
+) -> list[str]:
     """``argv`` run in the job's container: the wrapper prefix, then ``argv`` with host
     paths translated through the job's mounts. A CLI found on the host by absolute path
-    (not under a mount) is called by its bare name: the image has its own copy on PATH."""
+    (not under a mount) is called by its bare name: the image has its own copy on PATH
+    (unless not ``bare_program``: a ``check`` runs exactly what the prompt wrote)."""
     mmap = MountMap(tuple(Mount(str(h), str(c)) for h, c in container["mounts"]))
     inside = [mmap.translate(a) for a in argv]
-    if inside and inside[0] == argv[0] and argv[0].startswith("/"):
+    if bare_program and inside and inside[0] == argv[0] and argv[0].startswith("/"):
         inside[0] = os.path.basename(argv[0])
     return [*(str(a) for a in container["prefix"]), *inside]
+
+
+def check_argv(spec: Mapping[str, Any], check: list[str]) -> list[str]:
+    """What the driver runs for the job's ``check``: where the agent ran. In the job's
+    container (same image, mounts, network, limits; its working directory the workdir's
+    mount) when it has one: never on the host, where a script the contained agent wrote
+    into the workdir would run as the watcher's user."""
+    container = spec.get("container")
+    return in_container(check, container, bare_program=False) if container else check

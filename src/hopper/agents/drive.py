@@ -21,8 +21,9 @@ killed and restarted; the watcher only reads the files it leaves:
   SIGKILL to the CLI's group): ``on_idle`` aborts or nudges;
 * resumes a CLI that died without a result when ``on_dead = "resume"``;
 * records the session (``<root>/sessions/<name>.json``) after a successful turn;
-* runs the ``check`` argv in the workdir and, while it fails, resumes the
-  session with the check's output as the next message;
+* runs the ``check`` argv in the workdir (in the job's container for a
+  container job, as each CLI turn) and, while it fails, resumes the session
+  with the check's output as the next message;
 * writes ``result.md`` and ``agent.json`` atomically; exits 0 only on success.
 
 Nudges of every kind (check, idle, dead) share ``max_nudges``.
@@ -44,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from hopper.agents import sessionmap
-from hopper.agents.argv import cli_for
+from hopper.agents.argv import check_argv, cli_for
 from hopper.agents.clirun import CliRun, RunResult
 from hopper.agents.livestate import LiveState, iso
 from hopper.agents.policy import (
@@ -153,10 +154,11 @@ class Driver:
 
     # -- the check ----------------------------------------------------------------
     def run_check(self, argv: list[str]) -> tuple[bool, int | None, str]:
-        self.say(f"[check] {' '.join(argv)}")
+        where = " (in the container)" if self.spec.get("container") else ""
+        self.say(f"[check] {' '.join(argv)}{where}")
         try:
             done = subprocess.run(
-                argv,
+                check_argv(self.spec, argv),
                 cwd=self.workdir,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
