@@ -274,6 +274,19 @@ def test_web_units_serve_loopback_as_hopper(units: Path, real_bin: str) -> None:
     assert "Environment=HOPPER_ROOT=%S/hopper" in user
 
 
+def test_web_units_give_the_connection_cap_room(units: Path) -> None:
+    """LimitNOFILE fits: the guard's cap (the limit minus its reserve) leaves thousands of
+    connections, and the value is below systemd's default hard limit (524288), so a user
+    manager can grant it too."""
+    from hopper.web.guard import connection_cap
+
+    for unit in (WEB_UNIT, WEB_USER_UNIT):
+        limits = [s for s in settings(units / unit) if s.startswith("LimitNOFILE=")]
+        assert len(limits) == 1, unit
+        value = int(limits[0].split("=", 1)[1])
+        assert 4096 <= connection_cap(value) < value <= 524288, unit
+
+
 def test_web_units_verify_cleanly(
     systemd_analyze: str, units: Path, user_env: dict[str, str]
 ) -> None:

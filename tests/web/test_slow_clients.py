@@ -8,7 +8,9 @@ regression fails fast instead of eating the machine).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import resource
 import socket
 import subprocess
 import sys
@@ -24,7 +26,7 @@ import pytest
 
 from hopper.core.states import JobState
 from hopper.store.layout import Layout
-from hopper.web import feeds, sse
+from hopper.web import feeds, guard, sse
 from hopper.web.token import read_token, token_path
 from waiting import poll_until
 from web.webtools import free_port, make_job
@@ -33,6 +35,7 @@ MB = 1 << 20
 RSS_LIMIT = 200 * MB  # the bound the dashboard must keep (issue 27)
 RSS_GUARD = 400 * MB  # past this the server is killed: the test fails without harm
 END = b"END-OF-THE-LOG"
+_NOFILE = resource.RLIMIT_NOFILE
 
 
 @dataclass
@@ -78,15 +81,23 @@ def listening(port: int) -> bool:
     return True
 
 
-@pytest.fixture
-def web(layout: Layout) -> Iterator[Web]:
+@contextlib.contextmanager
+def hopper_web(layout: Layout, nofile: int | None = None) -> Iterator[Web]:
+    """A real ``hopper web`` on 127.0.0.1 (its soft descriptor limit ``nofile`` if given),
+    its RSS sampled from the start."""
     port = free_port()
     root = str(layout.root)
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, resource.getrlimit(_NOFILE)[1]))
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "hopper", "web", "--root", root, "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        preexec_fn=limit,  # setrlimit only, before exec
     )
     server = Web(proc, port, "")
     sampler = threading.Thread(target=server.sample, daemon=True)
@@ -103,6 +114,12 @@ def web(layout: Layout) -> Iterator[Web]:
         proc.wait(timeout=30)
         if sampler.is_alive():
             sampler.join(timeout=10)
+
+
+@pytest.fixture
+def web(layout: Layout) -> Iterator[Web]:
+    with hopper_web(layout) as server:
+        yield server
 
 
 def stalled_follower(web: Web, job_id: str) -> socket.socket:
@@ -223,3 +240,77 @@ def test_a_client_is_bounded_in_bytes_and_dropped_with_reload_and_frames_stay_sm
     frames = asyncio.run(frames_of(sub))
     assert b"".join(frames).count(b"event: log") == 30
     assert max(len(f) for f in frames) <= sse.FRAME_BYTES + 2 * feeds.size(big)
+
+
+def test_half_sent_requests_neither_starve_a_real_request_nor_stay_open(layout: Layout) -> None:
+    """1,100 connections that send half a request line, against a server whose descriptor
+    limit is 1024: a real request is still answered at once, and every one of them is
+    closed by the server after the header timeout."""
+    soft, hard = resource.getrlimit(_NOFILE)
+    want = 1100 + 200
+    if hard != resource.RLIM_INFINITY and hard < want:
+        pytest.skip(f"this test needs {want} descriptors; the hard limit is {hard}")
+    resource.setrlimit(_NOFILE, (max(soft, want), hard))
+    half: list[socket.socket] = []
+    try:
+        with hopper_web(layout, nofile=1024) as web:
+            for _ in range(1100):
+                s = socket.create_connection(("127.0.0.1", web.port), timeout=10)
+                s.sendall(b"GET /api/jo")
+                half.append(s)
+            started = time.monotonic()
+            r = httpx.get(
+                f"{web.base}/api/overview",
+                headers={"authorization": f"Bearer {web.token}"},
+                timeout=httpx.Timeout(30.0),
+            )
+            assert r.status_code == 200, r.text
+            answered = time.monotonic() - started
+            assert answered < guard.HEADER_TIMEOUT, f"answered only after {answered:.1f}s"
+            deadline = time.monotonic() + guard.HEADER_TIMEOUT + 60
+            still_open = [s for s in half if not closed_by_peer(s, deadline)]
+            assert not still_open, f"{len(still_open)} half requests still open"
+            web.alive()
+            assert psutil.Process(web.proc.pid).num_fds() < 200
+    finally:
+        for s in half:
+            s.close()
+        resource.setrlimit(_NOFILE, (soft, hard))
+
+
+def closed_by_peer(s: socket.socket, deadline: float) -> bool:
+    s.settimeout(max(0.01, deadline - time.monotonic()))
+    try:
+        return s.recv(4096) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_at_the_cap_with_every_connection_busy_the_newcomer_is_closed(layout: Layout) -> None:
+    nofile = guard.RESERVE_FDS + guard.MIN_CAP + 4  # a cap of MIN_CAP + 4 connections
+    cap = guard.connection_cap(nofile)
+    streams: list[socket.socket] = []
+    try:
+        with hopper_web(layout, nofile=nofile) as web:
+            request = (
+                f"GET /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "
+                f"{web.token}\r\nAccept: text/event-stream\r\n\r\n"
+            ).encode()
+            for _ in range(cap):  # live job-list streams: serving a request, never evicted
+                s = socket.create_connection(("127.0.0.1", web.port), timeout=30)
+                s.sendall(request)
+                assert read_until(s, b"event: hello", 30).startswith(b"HTTP/1.1 200")
+                streams.append(s)
+            late = socket.create_connection(("127.0.0.1", web.port), timeout=30)
+            streams.append(late)
+            late.sendall(request)
+            assert closed_by_peer(late, time.monotonic() + 30)
+            for s in streams[:-1]:  # the busy ones were left alone
+                s.sendall(b"")
+                assert not closed_by_peer(s, time.monotonic() + 0.05)
+            web.alive()
+    finally:
+        for s in streams:
+            s.close()

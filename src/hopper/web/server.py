@@ -12,6 +12,7 @@ from hopper.config import Config
 from hopper.store.layout import Layout
 from hopper.web import token as web_token
 from hopper.web.app import create_app
+from hopper.web.guard import guarded_protocol
 
 
 def is_loopback(host: str) -> bool:
@@ -50,6 +51,9 @@ def serve(layout: Layout, config: Config, host: str, port: int, *, new_token: bo
             lifespan="on",
             timeout_graceful_shutdown=2,
             proxy_headers=False,
+            # half-sent requests are closed after 10 s, and connections stay below the
+            # descriptor limit (guard.py): one client cannot make accept() fail with EMFILE
+            http=guarded_protocol(),
         )
     )
     print(f"hopper web: serving {layout.root}", file=sys.stderr)
