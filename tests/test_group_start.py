@@ -20,12 +20,12 @@ from conftest import FAST_CONFIG
 from hopper.config import Config
 from hopper.core import lifecycle
 from hopper.core.lifecycle import Started, Step
-from hopper.core.record import JobRecord
-from hopper.core.states import JobState, Reason
+from hopper.core.record import ExitStatus, JobRecord
+from hopper.core.states import JobState
 from hopper.executors.protocol import Ended, Launch, Start, Starting
 from hopper.running import Running
 from hopper.store import ledger
-from hopper.store.jobfile import read_record
+from hopper.store.jobfile import EXIT_FILE, read_record
 from hopper.store.layout import Layout
 from hopper.watcher import Watcher
 from inprocess import FakeClock, FakeExecutor, submit
@@ -129,9 +129,10 @@ def test_starts_that_reported_are_committed_in_one_batch_then_released(
     assert watcher.runner.waiting_on() == []
 
 
-def test_a_start_whose_record_cannot_be_committed_is_never_released(
+def test_a_start_whose_record_cannot_be_committed_is_never_released_and_tried_again(
     layout: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Was: filed failed/spawn_failed, while the same ENOSPC on a running job keeps it."""
     watcher, fake, clock = in_process(layout, slots=1)
     drop_jobs(layout, clock, 1)
     watcher.turn()
@@ -149,9 +150,23 @@ def test_a_start_whose_record_cannot_be_committed_is_never_released(
     watcher.turn()
     assert fake.released == [] and fake.abandoned == [job_id]
     record = read_record(layout.run_dir(job_id))
-    assert (record.state, record.reason) == (JobState.FAILED, Reason.SPAWN_FAILED)
+    assert (record.state, record.reason) == (JobState.QUEUED, None)
     assert "No space left on device" in (record.detail or "")
     assert watcher.runner.busy == 0
+    # What the abandoned supervisor, told no, leaves: never read as the next start's.
+    stale = ExitStatus(started=False, supervisor_pid=1, finished_at=clock.now())
+    (layout.run_dir(job_id) / EXIT_FILE).write_text(stale.model_dump_json())
+    monkeypatch.setattr(ledger, "commit_batch", real)  # room again
+    del fake.pending[job_id]
+    for _ in range(3):
+        clock.advance(1.0)  # past its backoff
+        watcher.turn()
+        if job_id in fake.pending:
+            break
+    assert not (layout.run_dir(job_id) / EXIT_FILE).exists()
+    fake.report(job_id)
+    watcher.turn()
+    assert fake.released == [(job_id, JobState.RUNNING)]
 
 
 def test_stopping_settles_starts_on_their_way_before_stopping_the_jobs(layout: Layout) -> None:

@@ -11,27 +11,51 @@ job is handed back to the runner's one ended path, its leases with it.
 
 from __future__ import annotations
 
+import logging
 import select
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from hopper import prepare
 from hopper.config import Config
-from hopper.core.lifecycle import Step
+from hopper.core import lifecycle
+from hopper.core.lifecycle import StartFailed, Step
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import JobRecord
+from hopper.core.retry import StartCause, start_retry
 from hopper.core.states import Reason
 from hopper.executors.local import LocalExecutor, LocalStart
 from hopper.executors.protocol import Deferred, Ended, Executor, How, Launch, Starting
 from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
+from hopper.proc.forkclient import Lost
 from hopper.running import Running
 from hopper.scaleout import ScaleOut
 from hopper.store import ledger
+from hopper.store.jobfile import EXIT_FILE
 from hopper.store.layout import Layout, run_dir_gone
 from hopper.workspace import WorkspaceFailed
+
+log = logging.getLogger(__name__)
+
+
+def describe(exc: BaseException) -> str:
+    """The exception as a detail says it ("[Errno 0]" dropped: no errno to show)."""
+    if isinstance(exc, OSError) and not exc.errno and exc.strerror:
+        return exc.strerror
+    return str(exc)
+
+
+def cause_of(exc: BaseException) -> StartCause:
+    """What core/retry.py needs to know of a start's exception."""
+    if isinstance(exc, Lost):
+        return StartCause(None, lost_server=True)
+    if isinstance(exc, OSError):
+        return StartCause(exc.errno)
+    return StartCause(None, bug=True)
 
 
 @dataclass
@@ -48,6 +72,7 @@ class PendingStarts:
     _starting: dict[str, Starting] = field(default_factory=dict)  # begun, not yet released
     _ahead: LocalStart | None = None  # begun for the next job while every slot is busy
     _no_ahead: str | None = None  # the job whose start ahead failed: left to its real start
+    _tries: dict[str, int] = field(default_factory=dict)  # job id -> failed starts in a row
 
     def __len__(self) -> int:
         return len(self._starting)
@@ -107,7 +132,10 @@ class PendingStarts:
         launch = self._launch(record, run_dir)
         if isinstance(launch, Ended):
             return
-        result = executor.start(launch)
+        try:
+            result = executor.start(launch)
+        except Exception:  # left to the job's real start, which judges it
+            return
         if isinstance(result, LocalStart):
             self._ahead, self._no_ahead = result, None
 
@@ -138,18 +166,75 @@ class PendingStarts:
         return ahead
 
     def _start_failed(self, record: JobRecord, exc: Exception) -> None:
-        """A start that raised (a write refused, a bug): the job is rejected, leases given
-        back (one whose run directory was deleted is filed lost: runner.py)."""
-        run_dir = self.layout.run_dir(record.id)
-        bug = "" if isinstance(exc, OSError) else " (a bug in hopper: please report it)"
-        if not run_dir_gone(run_dir):
-            self.guard.report(f"start:{record.id}", exc, what=f"job={record.id} could not start")
-        detail = f"could not start: {exc}{bug}"
+        """A start that raised before its job ran: the one policy for what that costs.
 
+        A cause that passes (a full disk, the process or file limit, a lost fork
+        server: core/retry.py) leaves the job queued, its start tried again after
+        a backoff; another (a program not found, a bad spec, a bug) files it
+        ``spawn_failed``; a job whose run directory was deleted is filed ``lost``
+        (runner.py). Its leases are given back either way.
+        """
+        run_dir = self.layout.run_dir(record.id)
+        key = f"start:{record.id}"
+        if run_dir_gone(run_dir):
+            self._tries.pop(record.id, None)
+            self._reject(record, run_dir, f"could not start: {describe(exc)}")
+            return
+        tries = self._tries.get(record.id, 0) + 1
+        delay = start_retry(cause_of(exc), tries, self.config.retry_backoff)
+        if delay is not None:
+            self._tries[record.id] = tries
+            self.guard.report(key, exc, what=f"job={record.id} could not start (try {tries})")
+            self.guard.step(f"requeue:{record.id}", self._try_again(record, exc, tries, delay))
+            return
+        self._tries.pop(record.id, None)
+        self.guard.forget(key)
+        bug = "" if isinstance(exc, OSError) else " (a bug in hopper: please report it)"
+        after = f" (try {tries})" if tries > 1 else ""
+        log.error(
+            "job=%s could not start%s: %s; filing it %s",
+            record.id,
+            after,
+            describe(exc),
+            Reason.SPAWN_FAILED,
+            exc_info=exc if bug else None,
+        )
+        self._reject(record, run_dir, f"could not start{after}: {describe(exc)}{bug}")
+
+    def _reject(self, record: JobRecord, run_dir: Path, detail: str) -> None:
         def reject() -> None:
             self.never_ran(Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, detail))
 
         self.guard.step(f"reject:{record.id}", reject)
+
+    def _try_again(
+        self, record: JobRecord, exc: Exception, tries: int, delay: float
+    ) -> Callable[[], None]:
+        """Back to the queue, its start due again in ``delay`` seconds; its record
+        says so (``start_failed``) if the disk lets it, else only the queue knows."""
+
+        def requeue() -> None:
+            self.scale.release(record)
+            now = self.intake.clock.now()
+            why = describe(exc)
+            fact = StartFailed(now, why, tries, delay, now + timedelta(seconds=delay))
+            step = lifecycle.start_failed(record, fact)
+            try:
+                queued = ledger.commit(self.layout.run_dir(record.id), step, durable=False)
+            except OSError:
+                queued = step.record  # the same full disk: the next try writes it
+            log.info(
+                "job=%s state=queued start try %d failed; again in %gs", record.id, tries, delay
+            )
+            self.handed_back(queued)
+
+        return requeue
+
+    def _started(self, job: Running) -> None:
+        """Released to run: its failed starts, if any, are behind it."""
+        if self._tries.pop(job.record.id, None) is not None:
+            self.guard.clear(f"start:{job.record.id}")
+        self.released(job)
 
     def _start(self, record: JobRecord) -> None:
         run_dir = self.layout.run_dir(record.id)
@@ -157,9 +242,11 @@ class PendingStarts:
         if isinstance(launch, Ended):
             self.never_ran(launch)
             return
+        if record.id in self._tries:  # an abandoned start's supervisor may have left one
+            (run_dir / EXIT_FILE).unlink(missing_ok=True)
         result = self.executor_for(record).start(launch)
         if isinstance(result, Running):
-            self.released(result)
+            self._started(result)
         elif isinstance(result, Starting):
             self._starting[record.id] = result  # finished by settle
             self.scale.starting.add(record.id)  # its lease is in use, though it is queued
@@ -219,7 +306,7 @@ class PendingStarts:
         for start, entry in entries:
             error = errors.get(id(entry))
             if error is None:
-                self.released(start.release(entry.step.record))
+                self._started(start.release(entry.step.record))
             else:
                 start.abandon()
                 self._start_failed(start.record, error)

@@ -27,7 +27,7 @@ from hopper.core import lifecycle
 from hopper.core.hosts import HostView, pulse_stale
 from hopper.core.lifecycle import TakenOver
 from hopper.core.owner import parse_owner
-from hopper.core.record import JobRecord
+from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import Action, RunSnapshot, decide
 from hopper.core.states import JobState, is_terminal
 from hopper.errors import JobFileCorrupt
@@ -64,6 +64,13 @@ TAKEOVERS = frozenset(
         Action.LOST,
     }
 )
+
+
+def _another_supervisors(status: ExitStatus | None, record: JobRecord) -> bool:
+    """exit.json written by a supervisor other than the one the record names, as
+    an abandoned start's (``started: false``) left beside the start tried after it."""
+    mine, theirs = record.supervisor_pid, status.supervisor_pid if status else None
+    return mine is not None and theirs is not None and theirs != mine
 
 
 def _pulse_age(run_dir: Path, now: float) -> float | None:
@@ -105,6 +112,8 @@ def snapshot(
             exit_status = read_exit(run_dir)
         except JobFileCorrupt:
             pass  # the job's own scribble: the runner reports it (once) if it adopts the job
+        if _another_supervisors(exit_status, record):
+            exit_status = None  # an abandoned start's (its start was tried again): not this one's
     try:
         age = now - os.stat(run_dir).st_mtime
     except FileNotFoundError:

@@ -205,6 +205,31 @@ def deferred(record: JobRecord, fact: Deferred) -> Step:
     return Step(new, (event,))
 
 
+@dataclass(frozen=True)
+class StartFailed:
+    """A start failed for a cause that passes (core/retry.py): the job stays queued."""
+
+    at: datetime
+    why: str
+    tries: int  # failed starts in a row, this one included
+    delay_seconds: float
+    not_before: datetime
+
+
+def start_failed(record: JobRecord, fact: StartFailed) -> Step:
+    _require(record, {JobState.QUEUED}, "trying a start again")
+    detail = (
+        f"could not start (try {fact.tries}): {fact.why}; trying again in {fact.delay_seconds:g}s"
+    )
+    new = revise(record, not_before=fact.not_before, detail=detail, **NOT_STARTED)
+    event = Event(
+        "start_failed",
+        fact.at,
+        {"why": fact.why, "tries": fact.tries, "delay_seconds": fact.delay_seconds},
+    )
+    return Step(new, (event,))
+
+
 # -- running ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Started:

@@ -93,10 +93,9 @@ class LocalStart(Starting):
         return self.pending.fileno()
 
     def report(self) -> Step | Ended:
-        try:
-            self.proc, pid = self.pending.collect()
-        except spawn.SpawnFailed as exc:
-            return Ended(self.record, self.run_dir, How.REJECTED, Reason.SPAWN_FAILED, str(exc))
+        """Raises :class:`spawn.SpawnFailed`: the shell's start policy
+        (pending_starts.py) decides whether the job's start is tried again."""
+        self.proc, pid = self.pending.collect()
         return self.executor.reported(self, self.proc, pid)
 
     def release(self, record: JobRecord) -> Running:
@@ -174,10 +173,8 @@ class LocalExecutor:
             sample_interval=config.sample_interval,
             idle_timeout=prep.idle_timeout,
         )
-        try:
-            pending = spawn.begin(run_dir, spec, self.pool)
-        except spawn.SpawnFailed as exc:
-            return Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, str(exc))
+        # SpawnFailed is the shell's to judge (pending_starts.py: tried again or failed)
+        pending = spawn.begin(run_dir, spec, self.pool)
         return LocalStart(self, launch, pending)
 
     def reported(self, start: LocalStart, proc: spawn.Supervisor, pid: int) -> Step:
