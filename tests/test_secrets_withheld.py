@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import stat
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from subprocess import CompletedProcess
 
@@ -22,9 +23,13 @@ from conftest import drop
 from hopper.agents.bash import SCRIPT_FILE
 from hopper.agents.drive import SPEC_FILE
 from hopper.agents.driven import PROMPT_BODY_FILE
+from hopper.core.record import JobRecord
 from hopper.core.redaction import WITHHELD
+from hopper.core.states import JobState, Reason
 from hopper.store.admission import ADMISSION_FILE
+from hopper.store.jobfile import write_record
 from hopper.store.layout import Layout
+from hopper.store.resubmit import CannotResubmit, resubmit
 from hopper.store.withhold import DERIVED
 
 Hopper = Callable[..., CompletedProcess[str]]
@@ -219,3 +224,24 @@ def test_a_job_without_env_is_retried_as_before(
 
 def test_the_files_made_from_a_prompt_are_named_where_they_are_made() -> None:
     assert set(DERIVED) == {SCRIPT_FILE, PROMPT_BODY_FILE, SPEC_FILE}
+
+
+def test_retry_env_into_a_prompt_hopper_cannot_rewrite_says_so(layout: Layout) -> None:
+    """``--env`` needs front matter hopper can rewrite: else the retry is refused, named."""
+    record = JobRecord(
+        id="20261122-120000-000-odd-0001",
+        name="odd",
+        state=JobState.FAILED,
+        reason=Reason.EXIT_NONZERO,
+        agent="bash",
+        host="h",
+        inbox_path="inbox/odd.prompt.md",
+        created_at=datetime(2026, 11, 22, 12, 0, tzinfo=UTC),
+    )
+    run_dir = layout.run_dir(record.id)
+    run_dir.mkdir(parents=True)
+    write_record(run_dir, record, durable=False)
+    (run_dir / "prompt.md").write_text('+++\nagent = "bash"\n[x.y]\nz = { a = 1 }\n+++\necho\n')
+    with pytest.raises(CannotResubmit, match=r"cannot set env MODE in job .*odd-0001's prompt"):
+        resubmit(layout, "odd", env={"MODE": "x"})
+    assert not list(layout.inbox.glob("*.prompt.md"))

@@ -108,7 +108,11 @@ def _with_env(text: str, record: JobRecord, source: Path, env: Mapping[str, str]
     try:
         return restore(text, env)
     except ValueError as exc:
-        raise BadPrompt(f"cannot set its env: {exc}") from None
+        raise CannotResubmit(
+            f"cannot set env {', '.join(env)} in job {record.id}'s prompt: {exc}",
+            path=source,
+            hint="fix the prompt and submit it again: hopper submit FILE",
+        ) from None
 
 
 def mark_retry(text: str, job_id: str) -> str:
