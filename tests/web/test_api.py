@@ -101,6 +101,21 @@ def test_query_token_becomes_a_strict_httponly_session_cookie(
     assert r.headers["location"] == "/ui/api/jobs/job-a"
 
 
+def test_an_older_hoppers_token_cookie_is_cleared_and_hides_no_session(
+    jobs: Layout, app_client: TestClient
+) -> None:
+    """Before issue 27 the cookie was the token, Path=/: signing in deletes it, and while a
+    browser still sends it beside the session cookie, the session still counts."""
+    r = app_client.get(f"/?token={TOKEN}", follow_redirects=False)
+    cookies = r.headers.get_list("set-cookie")
+    assert f"{cookie_name(TOKEN)}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict" in cookies
+    app_client.cookies.clear()
+    name, session = cookie_name(TOKEN), session_value(TOKEN)
+    for both in (f"{name}={session}; {name}={TOKEN}", f"{name}={TOKEN}; {name}={session}"):
+        assert app_client.get("/ui/api/jobs", headers={"cookie": both}).status_code == 200
+    assert app_client.get("/ui/api/jobs", headers={"cookie": f"{name}={TOKEN}"}).status_code == 401
+
+
 def test_the_bare_addresses_lead_into_the_dashboard_without_data(
     jobs: Layout, app_client: TestClient
 ) -> None:

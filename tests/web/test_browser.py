@@ -29,6 +29,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from conftest import Watchers, bash, drop
 from hopper.store.layout import Layout
+from hopper.web import feeds
 from hopper.web.gate import cookie_name
 from web.webtools import TOKEN, LiveServer
 
@@ -287,3 +288,44 @@ def test_a_listener_on_another_port_never_sees_a_usable_credential(
         )
         assert r.status_code == 401, r.text
     assert list(layout.inbox.rglob("*.prompt.md")) == []
+
+
+def test_a_page_dropped_for_falling_behind_reloads_and_carries_on(
+    layout: Layout,
+    page: webdriver.Chrome,
+    live: LiveServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server drops a client that falls behind and sends `reload`; the page says so,
+    its streams open again (after the retry delay) and it goes on showing the log live."""
+    monkeypatch.setattr(feeds, "QUEUE_BYTES", 64 * 1024)  # any burst drops the page
+    hub = live.server.config.app.state.hub
+    follows: list[str] = []
+    follow = hub.follow
+
+    def counted(job_id: str, kind: str, state: str | None) -> Any:
+        follows.append(kind)
+        return follow(job_id, kind, state)
+
+    monkeypatch.setattr(hub, "follow", counted)
+    start, go = tmp_path / "start", tmp_path / "go"
+    script = (
+        'echo "ready"\n'
+        f"while [ ! -e {start} ]; do sleep 0.05; done\n"
+        "head -c 2000000 /dev/zero | tr '\\0' x | fold -w 100\n"
+        'echo "AFTER-THE-BURST"\n'
+        f"while [ ! -e {go} ]; do sleep 0.05; done\n"
+        'echo "live-after-reload"\n'
+    )
+    drop(layout, "bursty", bash(script))
+    until(page, lambda d: row_state(page, "bursty") == "running", "bursty running")
+    open_job(page, "bursty")
+    until(page, lambda d: "ready" in terminal_text(d), "the first line")
+    before = follows.count("log")
+    start.touch()
+    until(page, lambda d: "fell behind the log" in terminal_text(d), "the page to say so")
+    until(page, lambda d: "AFTER-THE-BURST" in terminal_text(d), "the end of the burst")
+    until(page, lambda d: follows.count("log") > before, "the page to follow the log again")
+    go.touch()
+    until(page, lambda d: "live-after-reload" in terminal_text(d), "the log, live again")

@@ -30,7 +30,6 @@ import base64
 import hashlib
 import hmac
 import json
-from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from starlette.datastructures import Headers
@@ -112,7 +111,9 @@ class TokenGate:
                 await _refuse(scope, send, 401, UNAUTHORIZED)
             return
         in_dashboard = scope["path"].startswith(DASHBOARD)
-        if not (in_dashboard and _same(_cookie(headers, self.cookie), self.session)):
+        if not (
+            in_dashboard and any(_same(v, self.session) for v in _cookies(headers, self.cookie))
+        ):
             await _refuse(scope, send, 401, UNAUTHORIZED)
             return
         if method not in SAFE_METHODS:
@@ -135,18 +136,19 @@ class TokenGate:
             f"{self.cookie}={self.session.decode()}; Path={DASHBOARD}; HttpOnly; SameSite=Strict"
             + ("; Secure" if secure else "")
         )
-        await _redirect(send, location.encode("latin-1", "replace"), cookie.encode())
+        # an older hopper's cookie held the token itself, for every path: forget it
+        legacy = f"{self.cookie}=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict"
+        await _redirect(send, location.encode("latin-1", "replace"), cookie.encode(), legacy)
 
 
-async def _redirect(send: Send, location: bytes, cookie: bytes | None = None) -> None:
+async def _redirect(send: Send, location: bytes, *cookies: bytes | str) -> None:
     headers = [
         (b"location", location),
         (b"cache-control", b"no-store"),
         (b"content-length", b"0"),
         *SECURITY_HEADERS,
     ]
-    if cookie is not None:
-        headers.append((b"set-cookie", cookie))
+    headers.extend((b"set-cookie", c.encode() if isinstance(c, str) else c) for c in cookies)
     await send({"type": "http.response.start", "status": 303, "headers": headers})
     await send({"type": "http.response.body", "body": b""})
 
@@ -164,17 +166,16 @@ def csrf_problem(headers: Headers) -> str:
     return ""
 
 
-def _cookie(headers: Headers, name: str) -> str | None:
-    raw = headers.get("cookie")
-    if not raw:
-        return None
-    jar: SimpleCookie = SimpleCookie()
-    try:
-        jar.load(raw)
-    except Exception:  # a malformed Cookie header is simply no cookie
-        return None
-    morsel = jar.get(name)
-    return morsel.value if morsel is not None else None
+def _cookies(headers: Headers, name: str) -> list[str]:
+    """Every value the browser sent for ``name``: one per Path it holds (an older hopper's
+    ``Path=/`` cookie may come along with ours), so none may hide another."""
+    out: list[str] = []
+    for raw in headers.getlist("cookie"):
+        for pair in raw.split(";"):
+            key, eq, value = pair.strip().partition("=")
+            if eq and key == name:
+                out.append(value.strip().strip('"'))
+    return out
 
 
 def _secured(send: Send) -> Send:

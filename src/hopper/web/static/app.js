@@ -127,7 +127,8 @@
     });
     listStream.addEventListener("removed", (e) => { jobs.delete(JSON.parse(e.data)); renderList(); refreshOverview(); });
     listStream.addEventListener("pause", (e) => setPaused(JSON.parse(e.data).paused));
-    listStream.addEventListener("reload", () => connectList());  // dropped for falling behind
+    // dropped for falling behind: shown as not live until the browser reconnects (hello)
+    listStream.addEventListener("reload", () => { $("#live").className = "off"; });
     listStream.onerror = () => { $("#live").className = "off"; };
   }
 
@@ -185,9 +186,10 @@
       logStream.addEventListener("reset", () => t.write("\n\x1b[2m--- job.log started over (a new attempt) ---\x1b[0m\n"));
       logStream.addEventListener("problem", (e) => t.write("\n\x1b[31m" + JSON.parse(e.data) + "\x1b[0m\n"));
       logStream.addEventListener("end", (e) => { logStream.close(); t.write("\n\x1b[2m--- " + (JSON.parse(e.data).state || "ended") + " ---\x1b[0m\n"); });
-      // dropped for falling behind (the server keeps no backlog for a stalled client): start again
-      const reload = () => { closeJobStreams(); if (current === id) showJob(id, true); };
-      logStream.addEventListener("reload", reload);
+      // dropped for falling behind: the stream ends and the browser opens it again after the
+      // server's retry delay (2 s, so a flood cannot make it reconnect in a loop); "start"
+      // then shows the end of the log afresh
+      logStream.addEventListener("reload", () => t.write("\n\x1b[33m--- this page fell behind the log; catching up from its end ---\x1b[0m\n"));
       eventStream = new EventSource(base + "/events");
       eventStream.addEventListener("start", () => $("#events").replaceChildren());
       eventStream.addEventListener("event", (e) => {
@@ -196,7 +198,7 @@
         $("#events").append(el("li", {}, el("time", {}, when(ev.ts)), el("b", {}, ev.event), " ", rest));
       });
       eventStream.addEventListener("end", () => eventStream.close());
-      eventStream.addEventListener("reload", reload);
+      eventStream.addEventListener("reload", () => $("#events").append(el("li", {}, "fell behind; catching up…")));
     }
     try { showRecord(await api("api/jobs/" + encodeURIComponent(id))); }
     catch (e) { if (current === id) problem(String(e.message || e)); }
