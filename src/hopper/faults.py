@@ -20,6 +20,11 @@ CRASH_POINTS = (
     "finalize.after_record",
     "finalize.after_move",
 )
+# Refusals, not crashes: honoured by the fork server (proc/forkserver.py), which gets
+# HOPPER_CRASH_AT (and HOPPER_FAULT_ONCE: a file whose removal fires the fault once)
+# from the watcher: its own fork refused (a request's and the spare's), and a
+# supervisor's fork of its job refused before it reports the job's pid.
+FORK_FAULTS = ("forkserver.fork", "supervisor.fork")
 # executor = "slurm" (tests/slurm/test_slurm_jobs.py): after sbatch --hold, after job.json
 SLURM_CRASH_POINTS = ("slurm.after_submit", "slurm.after_record")
 

@@ -27,7 +27,9 @@ from pathlib import Path
 FORKSERVER_SCRIPT = Path(__file__).with_name("forkserver.py")
 # The environment of every supervisor (and of the fork server): the job's own comes in its spec.
 SUPERVISOR_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
+FAULT_ENV = ("HOPPER_CRASH_AT", "HOPPER_FAULT_ONCE")  # passed on to the fork server (hopper/faults.py)
 REPLY_TIMEOUT = 10.0  # seconds a fork request may take (the first one waits for the boot)
+EXIT_WAIT = 10.0  # seconds a supervisor killed by the watcher gets to be reported gone
 UNKNOWN_STATUS = 255  # the returncode of a supervisor whose fork server died before it did
 _STAT_STATE, _STAT_STARTTIME = 0, 19  # /proc/PID/stat fields after "(comm) "
 
@@ -59,10 +61,14 @@ class Forked:
     server is gone, from its pid and start time.
     """
 
-    def __init__(self, pid: int, channel: socket.socket, server: ForkServer) -> None:
+    def __init__(
+        self, pid: int, channel: socket.socket, server: ForkServer, generation: int
+    ) -> None:
         self.pid = pid
         self.returncode: int | None = None
-        self.generation = server.generation
+        # The server that forked it, which alone reports its exit (not the one
+        # running now: a server lost after its pid answer was read never will).
+        self.generation = generation
         self.ticks = _start_ticks(pid)
         self.stdin = channel.makefile("wb")
         self.stdout = channel.makefile("rb")
@@ -106,6 +112,9 @@ class ForkServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._live: dict[int, Forked] = {}  # supervisors of this generation, by pid
+        # Answered, their handles not yet made (answer() not yet called): an exit
+        # reported meanwhile is kept on the request, never dropped.
+        self._answered: dict[int, Request] = {}
         self._waiting: deque[Request] = deque()  # requests not yet answered, oldest first
 
     @property
@@ -127,7 +136,7 @@ class ForkServer:
                 pass_fds=(theirs.fileno(),),
                 start_new_session=True,
                 cwd="/",
-                env=SUPERVISOR_ENV,
+                env={**SUPERVISOR_ENV, **{k: os.environ[k] for k in FAULT_ENV if k in os.environ}},
             )
         except OSError as exc:
             ours.close()
@@ -193,8 +202,13 @@ class ForkServer:
             if request.error is not None:
                 raise SpawnFailed(0, request.error)
             raise Lost(request.lost or "it went away")
-        handle = Forked(request.pid, request.channel, self)
-        self._live[request.pid] = handle
+        if self._answered.get(request.pid) is request:
+            del self._answered[request.pid]
+        handle = Forked(request.pid, request.channel, self, request.generation)
+        if request.status is not None:  # reported gone before its handle was made
+            handle.returncode = os.waitstatus_to_exitcode(request.status)
+        elif request.generation == self.generation:
+            self._live[request.pid] = handle
         return handle
 
     def _await(self, request: Request) -> None:
@@ -298,6 +312,7 @@ class ForkServer:
                 request.error = rest.decode(errors="replace")
             elif rest.isdigit():
                 request.pid = int(rest)
+                self._answered[request.pid] = request
             else:
                 raise Lost(f"it sent {msg[:80]!r}, which is not a pid")
             return
@@ -311,6 +326,10 @@ class ForkServer:
         handle = self._live.pop(int(pid), None)
         if handle is not None:
             handle.returncode = os.waitstatus_to_exitcode(int(status))
+            return
+        request = self._answered.pop(int(pid), None)
+        if request is not None:  # its handle is not made yet: answer() applies it
+            request.status = int(status)
 
     def _lost(self, why: str) -> None:
         """Kill and forget the fork server; its supervisors become orphans."""
@@ -333,6 +352,7 @@ class ForkServer:
     def _orphan(self) -> None:
         self.generation += 1
         self._live.clear()  # their handles now check pid and start time themselves
+        self._answered.clear()  # their handles are made as orphans (the request's generation)
         for request in self._waiting:  # never answered: their callers try again
             request.lost = request.lost or "the fork server was lost before it answered"
         self._waiting.clear()
@@ -346,6 +366,7 @@ class Request:
     generation: int
     deadline: float  # monotonic time by which the server must have answered
     pid: int | None = None
+    status: int | None = None  # the raw wait status, if reported gone before answer() ran
     error: str | None = None  # the server could not fork
     lost: str | None = None  # the server was lost before it answered
 

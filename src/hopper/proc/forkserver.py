@@ -69,6 +69,30 @@ MAX_MESSAGE = 64  # bytes of a request; a larger one is not ours
 REFILL_QUIET = 0.005
 REFILL_RETRY = 1.0  # seconds before another try when a spare could not be forked
 MAX_FDS = 4  # descriptors accepted with one request (one is used; extras are closed)
+# Fault injection for tests (hopper/faults.py lists the names; this script cannot import it).
+_FAULTS = frozenset(p for p in os.environ.get("HOPPER_CRASH_AT", "").split(",") if p)
+
+
+def fault(name: str) -> bool:
+    """Whether the named fault point fires here: armed in ``HOPPER_CRASH_AT``, and,
+    if ``HOPPER_FAULT_ONCE`` names a file, only for the one process that removes it."""
+    if name not in _FAULTS:
+        return False
+    once = os.environ.get("HOPPER_FAULT_ONCE")
+    if not once:
+        return True
+    try:
+        os.unlink(once)
+    except OSError:
+        return False
+    return True
+
+
+def _fork() -> int:
+    """``os.fork``, refused at the fault point ``forkserver.fork`` (as at RLIMIT_NPROC)."""
+    if fault("forkserver.fork"):
+        raise OSError(11, "Resource temporarily unavailable (fault point forkserver.fork)")
+    return os.fork()
 
 
 class Server:
@@ -139,7 +163,7 @@ class Server:
     def fork(self, channel: int, spec: LaunchSpec | ProtocolError) -> bool:
         gc.freeze()  # what exists now is shared with the child; the collector leaves it alone
         try:
-            pid = os.fork()
+            pid = _fork()
         except OSError as exc:
             os.close(channel)
             return self.send(f"error cannot fork a supervisor: {exc.strerror}".encode())
@@ -184,7 +208,7 @@ class Server:
             return
         gc.freeze()
         try:
-            pid = os.fork()
+            pid = _fork()
         except OSError:
             ours.close()
             theirs.close()
@@ -292,6 +316,8 @@ def _supervise(channel: int, spec: LaunchSpec | ProtocolError) -> int:
     os.dup2(channel, 0)
     os.dup2(channel, 1)
     os.close(channel)
+    if fault("supervisor.fork"):  # its job's fork refused, before the pid line (RLIMIT_NPROC)
+        raise OSError(11, "Resource temporarily unavailable (fault point supervisor.fork)")
     return supervise.serve(spec)
 
 

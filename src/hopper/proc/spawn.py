@@ -27,7 +27,15 @@ import time
 from pathlib import Path
 from typing import Protocol, TypeAlias
 
-from hopper.proc.forkclient import SUPERVISOR_ENV, Forked, ForkServer, Lost, Request
+from hopper.proc.forkclient import (
+    EXIT_WAIT,
+    REPLY_TIMEOUT,
+    SUPERVISOR_ENV,
+    Forked,
+    ForkServer,
+    Lost,
+    Request,
+)
 from hopper.proc.forkclient import SpawnFailed as SpawnFailed  # raised by launch and begin
 from hopper.proc.protocol import LaunchSpec as LaunchSpec  # the spec, for callers of launch
 from hopper.store.jobfile import EXIT_FILE  # what a supervisor writes last
@@ -35,6 +43,8 @@ from hopper.store.jobfile import EXIT_FILE  # what a supervisor writes last
 # Run by path, never imported here: importing it would put its directory on sys.path.
 SUPERVISOR_SCRIPT = Path(__file__).with_name("supervise.py")
 WITHDRAW_WAIT = 5.0  # seconds a withdrawn supervisor gets to record started=false and exit
+PID_WAIT = REPLY_TIMEOUT  # seconds a supervisor, once forked or booted, may take to report its job
+MAX_PID_LINE = 4096  # bytes of a pid line; more is not a supervisor's
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +99,7 @@ def _launch(run_dir: Path, payload: bytes, server: ForkServer | None) -> Supervi
         proc.stdin.write(payload)
         proc.stdin.flush()
     except (BrokenPipeError, ConnectionResetError):
-        proc.wait()
+        _reap(proc)
         raise SpawnFailed(0, "the supervisor exited before reading the job spec") from None
     return proc
 
@@ -138,7 +148,7 @@ class Pending:
                 proc = _launch(self.run_dir, self._payload, None)
             self._proc, self._request = proc, None
         if self._pid is None:
-            self._pid = read_pid(proc)
+            self._pid = read_pid(proc, max(self.deadline, time.monotonic() + PID_WAIT))
         return proc, self._pid
 
     def abandon(self) -> None:
@@ -165,7 +175,7 @@ class Pending:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()  # stuck writing its record (a full disk): gone, gate and all
-                proc.wait()
+                _reap(proc)
         (self.run_dir / EXIT_FILE).unlink(missing_ok=True)
         if self._made_log is not None:
             try:
@@ -205,20 +215,55 @@ def begin(run_dir: Path, spec: LaunchSpec, server: ForkServer | None = None) -> 
     return Pending(run_dir, payload, server, None, _launch(run_dir, payload, server), made_log)
 
 
-def read_pid(proc: Supervisor) -> int:
-    """The job's pid, as the supervisor reports it once the job is forked."""
+def read_pid(proc: Supervisor, deadline: float | None = None) -> int:
+    """The job's pid, as the supervisor reports it once the job is forked; waits
+    until ``deadline`` (monotonic; default :data:`PID_WAIT` from now) at most.
+    :class:`SpawnFailed` if it broke the handshake (exited first, said something
+    else) or said nothing in time; it is then killed, and reaped if it goes in time."""
     assert proc.stdout is not None
-    try:
-        line = proc.stdout.readline()
-    except ConnectionResetError:
-        line = b""
+    if deadline is None:
+        deadline = time.monotonic() + PID_WAIT
+    line, why = _read_line(proc.stdout.fileno(), deadline)
     try:
         return int(json.loads(line)["pid"])
     except (ValueError, KeyError, TypeError):
-        proc.kill()
-        proc.wait()
-        _close(proc)
-        raise SpawnFailed(0, f"the supervisor broke the handshake (said {line[:200]!r})") from None
+        pass
+    proc.kill()
+    _reap(proc)
+    _close(proc)
+    if why:
+        raise SpawnFailed(0, f"the supervisor {why} (pid {proc.pid})")
+    said = "exited before it reported its job's pid" if not line else f"said {line[:200]!r}"
+    raise SpawnFailed(0, f"the supervisor broke the handshake ({said}; pid {proc.pid})")
+
+
+def _read_line(fd: int, deadline: float) -> tuple[bytes, str]:
+    """One line from ``fd`` (unbuffered: nothing else has read it), or what came
+    before EOF, the deadline or an error, and why not a whole line ("" at EOF)."""
+    data = b""
+    while not data.endswith(b"\n") and len(data) < MAX_PID_LINE:
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                return data, f"did not report its job's pid within {PID_WAIT:g}s"
+            chunk = os.read(fd, MAX_PID_LINE)
+        except ConnectionResetError:
+            chunk = b""
+        except OSError as exc:
+            return data, f"could not be read: {exc.strerror}"
+        if not chunk:
+            break
+        data += chunk
+    return data, ""
+
+
+def _reap(proc: Supervisor, timeout: float = EXIT_WAIT) -> None:
+    """Wait for a killed supervisor, ``timeout`` at most: a wait never hangs the
+    watcher (a fork server that never reports it leaves it to the sweep)."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        log.warning("supervisor %s: not gone %gs after SIGKILL; not waiting", proc.pid, timeout)
 
 
 def release(proc: Supervisor) -> None:
@@ -236,7 +281,11 @@ def release(proc: Supervisor) -> None:
 def abandon(proc: Supervisor) -> None:
     """Do not release: the supervisor kills the gated job and records started=false."""
     _close(proc)
-    proc.wait()
+    try:
+        proc.wait(WITHDRAW_WAIT)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # stuck writing its record: gone, gate and all
+        _reap(proc)
 
 
 def refuse(proc: Supervisor) -> None:
