@@ -21,7 +21,7 @@ CRASH_POINTS = (
     "finalize.after_move",
 )
 # Refusals, not crashes: honoured by the fork server (proc/forkserver.py), which gets
-# HOPPER_CRASH_AT (and HOPPER_FAULT_ONCE: a file whose removal fires the fault once)
+# HOPPER_CRASH_AT (and HOPPER_FAULT_TOKENS: a directory; each file in it fires once)
 # from the watcher: its own fork refused (a request's and the spare's), and a
 # supervisor's fork of its job refused before it reports the job's pid.
 FORK_FAULTS = ("forkserver.fork", "supervisor.fork")

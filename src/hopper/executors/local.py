@@ -65,6 +65,14 @@ def _reap_adopted(pid: int | None) -> None:
         pass  # not ours (adopted after a crash): init reaps it
 
 
+def _stop_that_acted(stop: Reason | None, status: ExitStatus) -> Reason | None:
+    """The stop hopper asked for, unless the supervisor's exit record shows it came
+    too late: an abort or a shutdown asked for once the job had ended (no stop
+    signal was sent) did not end it, and the record says how it did."""
+    late = status.started and not status.stop_signal_sent
+    return None if late and stop in (Reason.ABORTED, Reason.SHUTDOWN) else stop
+
+
 def _unreported(sup: spawn.Handle | None, generation: int) -> bool:
     """A supervisor forked by the live fork server, which has not reported its exit."""
     return isinstance(sup, Forked) and sup.returncode is None and sup.generation == generation
@@ -298,7 +306,9 @@ class LocalExecutor:
         self.forget(job)
         return Ended(job.record, job.run_dir, How.HANDED_OVER, detail=holder)
 
-    def _exited(self, job: Running, status: ExitStatus) -> Ended:
+    def _exited(self, job: Running, status: ExitStatus, recorded: bool = True) -> Ended:
+        """``status`` from the supervisor's exit record (``recorded``), or learned
+        from the engine after the supervisor vanished."""
         self.adopted.drop(job.record.id)
         taken = self._handed_over(job)
         if taken is not None:
@@ -307,7 +317,10 @@ class LocalExecutor:
             self._reap.append(job.supervisor)
         elif job.record.host == self.ctx.host:  # never a pid of another host
             _reap_adopted(job.record.supervisor_pid)
-        outcome = self.refine(job.record, classify(status, job.record.stop_requested))
+        stop = job.record.stop_requested
+        if recorded:  # exit.json wins over a stop asked for after the job ended
+            stop = _stop_that_acted(stop, status)
+        outcome = self.refine(job.record, classify(status, stop))
         self.finished(job.record)
         ledger.note(
             job.run_dir,
@@ -347,7 +360,7 @@ class LocalExecutor:
                 exit_code=known.exit_code,
                 orphans_killed=killed,
             )
-            return self._exited(job, known)
+            return self._exited(job, known, recorded=False)
         self.finished(rec)
         ledger.note(job.run_dir, "lost", now, orphans_killed=killed)
         detail = "the supervisor vanished without recording an exit status" + (

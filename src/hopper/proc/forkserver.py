@@ -75,17 +75,24 @@ _FAULTS = frozenset(p for p in os.environ.get("HOPPER_CRASH_AT", "").split(",") 
 
 def fault(name: str) -> bool:
     """Whether the named fault point fires here: armed in ``HOPPER_CRASH_AT``, and,
-    if ``HOPPER_FAULT_ONCE`` names a file, only for the one process that removes it."""
+    if ``HOPPER_FAULT_TOKENS`` names a directory, once per file in it (the process
+    that removes a file fires)."""
     if name not in _FAULTS:
         return False
-    once = os.environ.get("HOPPER_FAULT_ONCE")
-    if not once:
+    tokens = os.environ.get("HOPPER_FAULT_TOKENS")
+    if not tokens:
         return True
     try:
-        os.unlink(once)
+        names = os.listdir(tokens)
     except OSError:
         return False
-    return True
+    for token in names:
+        try:
+            os.unlink(os.path.join(tokens, token))
+        except OSError:
+            continue  # another process took it
+        return True
+    return False
 
 
 def _fork() -> int:
