@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hopper.cli.common import EXIT_USAGE, add_root_args, context, warn
+from hopper.cli.common import EXIT_FAILED, EXIT_USAGE, add_root_args, context, warn
 from hopper.core.terminal import terminal_safe
-from hopper.store.markers import BadGroup, pause_path
+from hopper.store.layout import NotARealFolder
+from hopper.store.markers import BadGroup, pause_path, set_pause
 
 
 def register(sub: Any) -> None:
@@ -28,18 +29,24 @@ def register(sub: Any) -> None:
 def handle(args: argparse.Namespace) -> int:
     layout, _ = context(args)
     try:
-        marker = pause_path(layout, args.group)
+        marker, existed = set_pause(layout, args.group, args.pause)
     except BadGroup as exc:
         warn(str(exc))
         return EXIT_USAGE
+    except NotARealFolder as exc:
+        warn(exc.render())
+        return EXIT_FAILED
+    except OSError as exc:
+        doing = "create" if args.pause else "remove"
+        warn(
+            f"{pause_path(layout, args.group)}: cannot {doing} the PAUSE marker: "
+            f"{exc.strerror or exc}; check the folder's permissions and try again"
+        )
+        return EXIT_FAILED
     what = f"group {args.group}" if args.group else "all groups"
     if args.pause:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
         print(terminal_safe(f"paused {what}: {marker}"))
     else:
-        existed = marker.exists()
-        marker.unlink(missing_ok=True)
         print(
             terminal_safe(
                 f"resumed {what}" + ("" if existed else f" (it was not paused: no {marker})")

@@ -7,7 +7,7 @@ import sys
 import tomllib
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,7 +18,7 @@ from hopper.core.jobid import prompt_stem, slugify
 from hopper.core.prompt import FENCE, BadPrompt, PromptOptions, decode
 from hopper.core.terminal import terminal_safe
 from hopper.store.inbox_drop import drop_into
-from hopper.store.layout import Layout
+from hopper.store.layout import Layout, NotARealFolder
 
 
 def register(sub: Any) -> None:
@@ -70,13 +70,15 @@ def compose(data: bytes, overrides: Mapping[str, frontmatter.Value]) -> bytes:
 def drop(layout: Layout, data: bytes, stem: str, subdir: str = "") -> Path:
     """Write ``data`` to a temporary dot-name in the inbox, fsync, rename into place.
 
-    On any error (a full disk, a read-only or unwritable inbox) the temporary
+    Raises ValueError for a ``subdir`` that is not a path inside the inbox,
+    ``NotARealFolder`` when a folder on the way is a link (nothing written); on
+    any other error (a full disk, a read-only or unwritable inbox) the temporary
     file is removed and the ``OSError`` propagates: nothing is left behind.
     """
-    folder = (layout.inbox / subdir) if subdir else layout.inbox
-    if subdir and (Path(subdir).is_absolute() or ".." in Path(subdir).parts):
+    sub = PurePosixPath(subdir).parts if subdir else ()
+    if sub and (PurePosixPath(subdir).is_absolute() or ".." in sub or "\0" in subdir):
         raise ValueError(f"--to {subdir!r} must be a relative path inside the inbox")
-    return drop_into(folder, stem, data)
+    return drop_into(layout, sub, stem, data)
 
 
 def handle(args: argparse.Namespace) -> int:
@@ -125,6 +127,9 @@ def handle(args: argparse.Namespace) -> int:
     except ValueError as exc:
         warn(str(exc))
         return EXIT_USAGE
+    except NotARealFolder as exc:
+        warn(exc.render())
+        return EXIT_FAILED
     except OSError as exc:
         where = exc.filename or layout.inbox
         warn(

@@ -1,18 +1,35 @@
-"""Where things live under the root, and the rule that nothing escapes it."""
+"""Where things live under the root, and the rule that nothing escapes it.
+
+A job can write anywhere under the root (``$HOPPER_RUN_DIR/../..``), so a
+folder hopper reads or writes for a user may have been swapped for a link to
+somewhere else. :func:`open_folder` is the way to such a folder: from the
+root, one ``O_NOFOLLOW`` folder at a time, so a link below the root is never
+followed (:class:`NotARealFolder` names it). :func:`parts_below` checks a path
+a record holds (``processed_path``, ``inbox_path``) names a place hopper puts
+things, before anything opens it.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+
+from hopper.errors import HopperError
 
 PROMPT_SUFFIX = ".prompt.md"
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class PathEscapesRoot(ValueError):
     """A path that resolves outside the root (through ``..`` or a symlink)."""
+
+
+class NotARealFolder(HopperError):
+    """A symlink, or something else that is not a folder, where hopper needs a folder."""
 
 
 def run_dir_gone(path: Path) -> bool:
@@ -98,3 +115,74 @@ def inside(root: Path, path: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+def parts_below(rel: str, top: str) -> tuple[str, ...] | None:
+    """The parts of ``rel`` (a path a record holds, relative to the root) if it names
+    something below the root's folder ``top``: relative, no ``..``, no NUL; else None."""
+    if not rel or "\0" in rel:
+        return None
+    path = PurePosixPath(rel)
+    parts = path.parts
+    if path.is_absolute() or len(parts) < 2 or parts[0] != top or ".." in parts:
+        return None
+    return parts
+
+
+def open_folder(root: Path, parts: Sequence[str], *, create: bool = False) -> int:
+    """A descriptor (``O_DIRECTORY``) of ``root/parts…``, reached one folder at a time
+    with ``O_NOFOLLOW``: no link below the root is followed. Close it.
+
+    ``create`` makes missing folders (0755) on the way. Raises
+    :class:`PathEscapesRoot` for a part that is empty, ``.``, ``..`` or holds a
+    slash; :class:`NotARealFolder` naming the first part that is a symlink or not
+    a folder; ``FileNotFoundError`` for a missing one (without ``create``); any
+    other ``OSError`` as the system gave it.
+    """
+    for part in parts:
+        if part in ("", ".", "..") or "/" in part or "\0" in part:
+            raise PathEscapesRoot(f"{part!r} is not a folder name below {root}")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    here = root
+    try:
+        for part in parts:
+            here = here / part
+            if create:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise _not_a_folder(here, part, fd) from None
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _not_a_folder(path: Path, name: str, dir_fd: int) -> NotARealFolder:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        link = stat.S_ISLNK(st.st_mode)
+        target = os.readlink(name, dir_fd=dir_fd) if link else ""
+    except OSError:
+        link, target = False, ""
+    if link:
+        return NotARealFolder(
+            f"is a symbolic link (to {target}), not a folder: hopper never reads or "
+            "writes through a link below its root, so nothing was done",
+            path=path,
+            hint=f"if you did not make this link, a job may have: remove it (rm {path}) "
+            "and try again; hopper makes a real folder in its place",
+        )
+    return NotARealFolder(
+        "is a file, not a folder: hopper needs a folder here, so nothing was done",
+        path=path,
+        hint=f"move it away (mv {path} {path}.moved) and try again",
+    )

@@ -22,7 +22,7 @@ from pathlib import Path
 from hopper.agents.sessionmap import read_pause_why
 from hopper.core.schedule import Pause
 from hopper.store.atomic import write_atomic
-from hopper.store.layout import Layout
+from hopper.store.layout import Layout, open_folder
 from hopper.store.saferead import UnreadableFile, read_bytes
 
 PAUSE_FILE = "PAUSE"
@@ -38,9 +38,47 @@ class BadGroup(ValueError):
 def pause_path(layout: Layout, group: str | None = None) -> Path:
     if group is None:
         return layout.root / PAUSE_FILE
-    if not group or "/" in group or group.startswith(".") or group in ("..",):
+    if not group or "/" in group or "\0" in group or group.startswith("."):
         raise BadGroup(f"{group!r} is not a group (one inbox sub-folder name)")
     return layout.inbox / group / PAUSE_FILE
+
+
+def set_pause(layout: Layout, group: str | None, paused: bool) -> tuple[Path, bool]:
+    """Create (``paused``) or remove the PAUSE marker of ``group`` (None: the root's);
+    the marker's path and whether it was there before.
+
+    The folder is reached one ``O_NOFOLLOW`` folder at a time from the root and
+    the marker made or removed relative to it, so an inbox folder a job swapped
+    for a link is refused (:class:`~hopper.store.layout.NotARealFolder`), never
+    written or unlinked through. A link at ``PAUSE`` itself counts as a marker
+    (the watcher's ``lexists`` does too) and is never followed. Raises
+    :class:`BadGroup` for a name that is not one inbox folder, ``OSError`` as
+    the system gave it.
+    """
+    marker = pause_path(layout, group)
+    parts = ("inbox", group) if group is not None else ()
+    try:
+        dir_fd = open_folder(layout.root, parts, create=paused)
+    except FileNotFoundError:
+        return marker, False  # resume of a group with no folder: nothing to remove
+    try:
+        there = _lexists(PAUSE_FILE, dir_fd)
+        if paused and not there:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+            os.close(os.open(PAUSE_FILE, flags, 0o644, dir_fd=dir_fd))
+        elif not paused and there:
+            os.unlink(PAUSE_FILE, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    return marker, there
+
+
+def _lexists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def read_pause(

@@ -28,8 +28,8 @@ from hopper.core.redaction import restore, withheld
 from hopper.core.states import ACTIVE_STATES
 from hopper.errors import HopperError
 from hopper.store.inbox_drop import drop_into
-from hopper.store.jobfile import PROMPT_FILE
-from hopper.store.layout import Layout, inside
+from hopper.store.jobfile import JOB_FILE, PROMPT_FILE
+from hopper.store.layout import Layout, NotARealFolder, open_folder, parts_below
 from hopper.store.lookup import find_job
 from hopper.store.saferead import UnreadableFile, read_bytes
 
@@ -68,8 +68,7 @@ def resubmit(
             "only a finished job can be retried",
             hint=f"wait for it (hopper wait {record.id}) or stop it (hopper abort {record.id})",
         )
-    source = _prompt_of(layout, record)
-    data = _read_prompt(source, max_bytes)
+    source, data = _read_source(layout, record, max_bytes)
     try:
         text = mark_retry(_with_env(decode(data), record, source, env or {}), record.id)
     except BadPrompt as exc:
@@ -78,9 +77,9 @@ def resubmit(
             path=source,
             hint="fix the prompt and submit it again: hopper submit FILE",
         ) from None
-    folder = _inbox_folder(layout, record)
+    sub = _inbox_folder(layout, record)
     stem = prompt_stem(PurePosixPath(record.inbox_path).name).lstrip(".") or "retry"
-    return drop_into(folder, stem, text.encode())
+    return drop_into(layout, sub, stem, text.encode())
 
 
 def _with_env(text: str, record: JobRecord, source: Path, env: Mapping[str, str]) -> str:
@@ -144,44 +143,69 @@ def _toml(front: list[str]) -> dict[str, object]:
         raise BadPrompt(f"front matter is not valid TOML: {exc}") from None
 
 
-def _prompt_of(layout: Layout, record: JobRecord) -> Path:
-    """The finalized prompt: processed/ if it was moved there, else still in the run dir."""
-    candidates = []
+def _read_source(layout: Layout, record: JobRecord, max_bytes: int) -> tuple[Path, bytes]:
+    """The finalized prompt and its bytes: processed/ if it was moved there, else still
+    in the run dir. Each is reached from the root one O_NOFOLLOW folder at a time and
+    read without following a link; a ``processed_path`` that does not lie under
+    processed/ (absolute, ``..``) is refused, never opened."""
+    places: list[tuple[str, ...]] = []
     if record.processed_path:
-        candidates.append(layout.root / record.processed_path)
-    candidates.append(layout.run_dir(record.id) / PROMPT_FILE)
-    for path in candidates:
-        if os.path.lexists(path):
-            return path
+        parts = parts_below(record.processed_path, "processed")
+        if parts is None:
+            raise CannotResubmit(
+                f"job {record.id}'s processed_path {record.processed_path!r} does not lie "
+                "under processed/, where hopper files prompts: its job.json was changed "
+                "by something other than hopper, so the file it names is not read",
+                path=layout.run_dir(record.id) / JOB_FILE,
+                hint="submit the prompt again by hand (hopper submit FILE); a job can write "
+                "other jobs' records, so check what ran around its finish",
+            )
+        places.append(parts)
+    places.append(("runs", record.id, PROMPT_FILE))
+    for parts in places:
+        try:
+            return layout.root.joinpath(*parts), _read_below(layout, record, parts, max_bytes)
+        except FileNotFoundError:
+            continue
     raise CannotResubmit(
         f"job {record.id} has no prompt left to resubmit",
-        path=candidates[0],
+        path=layout.root.joinpath(*places[0]),
         hint="the prompt was moved or deleted; submit it again by hand: hopper submit FILE",
     )
 
 
-def _read_prompt(path: Path, max_bytes: int) -> bytes:
-    """A regular file of at most ``max_bytes``; never follows a link, never blocks on a FIFO."""
+def _read_below(layout: Layout, record: JobRecord, parts: tuple[str, ...], max_bytes: int) -> bytes:
+    """The regular file ``root/parts…`` (at most ``max_bytes``), its folders walked with
+    O_NOFOLLOW; never follows a link, never blocks on a FIFO. FileNotFoundError if gone."""
     hint = "submit the prompt again by hand: hopper submit FILE"
+    path = layout.root.joinpath(*parts)
     try:
-        return read_bytes(path, max_bytes, hint=hint)
-    except FileNotFoundError:
-        raise CannotResubmit("the job's prompt vanished", path=path, hint=hint) from None
+        dir_fd = open_folder(layout.root, parts[:-1])
+    except NotARealFolder as exc:
+        raise CannotResubmit(
+            f"{exc.message} (job {record.id}'s prompt, {'/'.join(parts)}, lies below it)",
+            path=exc.path,
+            hint=f"{exc.hint}; or {hint}",
+        ) from None
+    except NotADirectoryError:
+        raise FileNotFoundError(path) from None
+    try:
+        return read_bytes(Path(parts[-1]), max_bytes, dir_fd=dir_fd, hint=hint)
     except UnreadableFile as exc:
         raise CannotResubmit(
             f"cannot read the job's prompt: it {exc.message}", path=path, hint=hint
         ) from None
+    finally:
+        os.close(dir_fd)
 
 
-def _inbox_folder(layout: Layout, record: JobRecord) -> Path:
-    """The inbox sub-folder the job's prompt was dropped in (its route), inside the root."""
-    parts = PurePosixPath(record.inbox_path).parts
-    sub = parts[1:-1] if parts[:1] == ("inbox",) else ()
-    folder = layout.inbox.joinpath(*sub)
-    if ".." in sub or not inside(layout.inbox, folder):
+def _inbox_folder(layout: Layout, record: JobRecord) -> tuple[str, ...]:
+    """The inbox sub-folders the job's prompt was dropped in (its route), inside the inbox."""
+    parts = parts_below(record.inbox_path, "inbox")
+    if parts is None:
         raise CannotResubmit(
             f"job {record.id}'s inbox_path {record.inbox_path!r} leads outside the inbox",
-            path=layout.run_dir(record.id) / "job.json",
+            path=layout.run_dir(record.id) / JOB_FILE,
             hint="submit the prompt again by hand: hopper submit FILE",
         )
-    return folder
+    return parts[1:-1]

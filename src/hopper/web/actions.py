@@ -24,8 +24,9 @@ from hopper.config import Config
 from hopper.core import frontmatter
 from hopper.core.jobid import slugify
 from hopper.core.prompt import BadPrompt, PromptOptions, parse
+from hopper.store import markers
 from hopper.store.jobfile import ABORT_FILE
-from hopper.store.layout import Layout
+from hopper.store.layout import Layout, NotARealFolder
 from hopper.store.markers import BadGroup, pause_path
 
 SUBMIT_MAX_BYTES = 1 << 20
@@ -58,15 +59,17 @@ def request_abort(layout: Layout, job_id: str) -> Path:
 
 
 def set_pause(layout: Layout, paused: bool, group: str | None) -> Path:
+    """``hopper pause`` / ``resume`` (``store/markers.set_pause``); Refused(409) when an
+    inbox folder on the way is a link, or the marker cannot be made or removed."""
     try:
-        marker = pause_path(layout, group)
+        marker, _ = markers.set_pause(layout, group, paused)
     except BadGroup as exc:
         raise Refused(str(exc)) from None
-    if paused:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        touch_marker(marker)
-    else:
-        marker.unlink(missing_ok=True)
+    except NotARealFolder as exc:
+        raise Refused(exc.render(), status=409) from None
+    except OSError as exc:
+        where = pause_path(layout, group)
+        raise Refused(f"{where}: cannot change the PAUSE marker: {exc.strerror}", 409) from None
     return marker
 
 
@@ -99,6 +102,8 @@ def submit(layout: Layout, config: Config, payload: object) -> Path:
         return drop(layout, data, slugify(stem), to)
     except ValueError as exc:
         raise Refused(str(exc).replace("--to", "to")) from None
+    except NotARealFolder as exc:
+        raise Refused(exc.render(), status=409) from None
 
 
 def front_matter(payload: dict[str, Any]) -> dict[str, frontmatter.Value]:

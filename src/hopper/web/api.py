@@ -29,6 +29,7 @@ from hopper.core.states import TERMINAL_STATES, JobState
 from hopper.core.tally import GroupBy, tally
 from hopper.errors import HopperError
 from hopper.store.jobfile import EVENTS_FILE, JOB_FILE, LOG_FILE
+from hopper.store.layout import NotARealFolder
 from hopper.store.resubmit import CannotResubmit, JobStillActive, resubmit
 from hopper.store.saferead import RECORD_LIMIT, UnreadableFile, read_bytes, read_json
 from hopper.web import actions, sse
@@ -259,6 +260,8 @@ async def retry(request: Request) -> Response:
         raise Refused(exc.render(), 409) from None
     except CannotResubmit as exc:
         raise Refused(exc.render(), 422) from None
+    except NotARealFolder as exc:  # its inbox folder is a link: nothing written
+        raise Refused(exc.render(), 409) from None
     except HopperError as exc:  # JobNotFound: vanished since the id was checked
         raise Refused(exc.render(), 404) from None
     return JSONResponse({"id": run_dir.name, "path": str(path)}, status_code=201)
