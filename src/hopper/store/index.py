@@ -42,6 +42,8 @@ from typing import Any
 from hopper.core.selection import JobFilter
 from hopper.core.states import TERMINAL_STATES, JobState
 from hopper.core.summary import JobSummary, UsageFigures
+from hopper.store import index_file
+from hopper.store.index_file import INDEX_FILE, IndexFile
 from hopper.store.index_pool import read_rows
 from hopper.store.index_row import RefreshResult, Stat, final_text, finalized, identity
 from hopper.store.jobfile import JOB_FILE
@@ -57,7 +59,6 @@ def _log(level: str, message: str, *args: object) -> None:
     getattr(logging.getLogger(__name__), level)(message, *args)
 
 
-INDEX_FILE = "index.sqlite"
 INDEX_VERSION = 5
 # A listing of runs/ within this long of runs/'s mtime is not trusted next time:
 # a directory made in the same coarse clock tick would not change the mtime.
@@ -127,19 +128,22 @@ class JobIndex:
 
     @classmethod
     def open(cls, layout: Layout) -> JobIndex:
+        """The index of ``layout``'s root: its file if that is one hopper made
+        (``store/index_file.py``; anything else is moved aside and rebuilt, never
+        written through), else in memory."""
         path = layout.state_dir / INDEX_FILE
         try:
-            layout.state_dir.mkdir(parents=True, exist_ok=True)
-            return cls(_connect(path), layout, path)
+            conn, where = _open_file(layout)
         except sqlite3.DatabaseError as exc:
-            if not path.exists() or not os.access(path.parent, os.W_OK):
+            if not os.path.lexists(path) or not os.access(path.parent, os.W_OK):
                 _log("debug", "index %s unusable (%s); using memory", path, exc)
                 return cls(_connect(None), layout, None)
             _log("warning", "index %s is corrupt (%s); rebuilding it", path, exc)
             _remove(path)
-            return cls(_connect(path), layout, path)
+            conn, where = _open_file(layout)
         except PermissionError:
             return cls(_connect(None), layout, None)
+        return cls(conn, layout, where)
 
     def close(self) -> None:
         self.conn.close()
@@ -161,7 +165,7 @@ class JobIndex:
             self.conn.close()
             try:
                 _remove(self.path)
-                self.conn = _connect(self.path)
+                self.conn, self.path = _open_file(self.layout)
             except (OSError, sqlite3.DatabaseError):
                 self.path = None  # not ours to rewrite (a read-only root): work in memory
                 self.conn = _connect(None)
@@ -368,8 +372,29 @@ def _where(wanted: JobFilter | None) -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
-def _connect(path: Path | None) -> sqlite3.Connection:
-    conn = sqlite3.connect(":memory:" if path is None else str(path), timeout=30)
+def _open_file(layout: Layout) -> tuple[sqlite3.Connection, Path | None]:
+    """A connection to the checked index file and its path; memory (None) when there is
+    no file hopper may use. Raises sqlite3.DatabaseError for a corrupt file."""
+    target = index_file.checked(layout)
+    if target is None:
+        return _connect(None), None
+    return _connect(target), target.path
+
+
+def _connect(target: IndexFile | None) -> sqlite3.Connection:
+    if target is None:
+        conn = sqlite3.connect(":memory:", timeout=30)
+    else:
+        conn = sqlite3.connect(target.uri(), timeout=30, uri=True)
+        try:
+            ours = index_file.confirmed(conn, target)
+        except sqlite3.DatabaseError:
+            conn.close()
+            raise
+        if not ours:  # swapped for a link since it was checked: not a byte written
+            conn.close()
+            _log("warning", "index %s changed while being opened; using memory", target.path)
+            conn = sqlite3.connect(":memory:", timeout=30)
     try:
         # A derived cache: losing it to a crash costs a rebuild, so skip the fsyncs.
         conn.execute("PRAGMA synchronous = OFF")
