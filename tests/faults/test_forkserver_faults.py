@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import select
 import signal
 import subprocess
@@ -46,6 +47,9 @@ class SigChld:
 
     def block(self) -> None:
         self.old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        self.drain()
+
+    def drain(self) -> None:
         while signal.sigtimedwait({signal.SIGCHLD}, 0) is not None:
             pass  # anything pending from before
 
@@ -200,3 +204,52 @@ def test_a_supervisor_that_never_reports_is_given_up_at_the_deadline(
         start.collect()
     left = [c for c in psutil.Process().children() if str(silent) in c.cmdline()]
     assert left == []  # killed and reaped
+
+
+@pytest.mark.timeout(120)
+def test_no_descriptor_at_each_open_of_a_start_fails_that_start_only(
+    server: forkclient.ForkServer, tmp_path: Path, sigchld: SigChld
+) -> None:
+    """EMFILE at each descriptor a supervisor opens for its start (the job's channel,
+    its run directory, the gate and error pipes, job.log): the spare about to take
+    the start is held to one more descriptor each time, and a supervisor that dies
+    is reported before its handle is made. Every start ends by its deadline, as a
+    running job or a failed start, never a hang (was: the first one hung)."""
+    from test_forkserver import _spare
+
+    sigchld.block()
+    outcomes: list[str] = []
+    previous: int | None = None
+    for extra in range(8):
+        spare = _spare(server, other_than=previous)
+        previous = spare
+        held = len(os.listdir(f"/proc/{spare}/fd"))
+        resource.prlimit(spare, resource.RLIMIT_NOFILE, (held + extra, held + extra))
+        run_dir = tmp_path / f"run{extra}"
+        run_dir.mkdir()
+        sigchld.drain()  # the previous supervisor's
+        start = spawn.begin(run_dir, _spec(run_dir, "exit 0"), server)
+        supervisor = psutil.Process(spare)
+
+        def died_or_forked(sup: psutil.Process = supervisor) -> bool:
+            try:
+                return sup.status() == psutil.STATUS_ZOMBIE or bool(sup.children())
+            except psutil.NoSuchProcess:
+                return True
+
+        wait_for(died_or_forked, what="the supervisor to fork its job or die")
+        if not psutil.pid_exists(spare) or supervisor.status() == psutil.STATUS_ZOMBIE:
+            assert server.pid is not None
+            sigchld.wait(server.pid)  # reported gone ...
+            server.collect()  # ... and the report read before the handle is made
+        try:
+            proc, _ = start.collect()
+        except spawn.SpawnFailed:
+            outcomes.append("failed")
+            continue
+        assert proc.pid == spare
+        spawn.release(proc)
+        proc.wait(timeout=30)
+        outcomes.append("ran" if (run_dir / "exit.json").exists() else "no record")
+    assert outcomes[0] == "failed" and outcomes[-1] == "ran", outcomes
+    assert "no record" not in outcomes, outcomes
