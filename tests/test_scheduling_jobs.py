@@ -134,7 +134,7 @@ def test_wait_exit_codes(layout: Layout, watchers, hopper) -> None:
     drop(layout, "bad", bash(hold + "exit 3"))
     watchers.start()
     wait_for(lambda: len(records(layout)) == 2, what="both claimed")
-    assert hopper("wait", "--all", "--timeout", "0.5").returncode == 1  # timed out
+    assert hopper("wait", "--all", "--timeout", "0.5").returncode == 3  # timed out
     waiter = subprocess.Popen(
         hopper_cmd("wait", "--all", "--timeout", "30", "--root", str(layout.root)),
         stdout=subprocess.PIPE,

@@ -20,9 +20,12 @@ if TYPE_CHECKING:  # the read commands (status, events, logs) never load the mod
     from hopper.core.jobview import JobView
     from hopper.core.record import JobRecord
 
+# The exit codes of every command (README.md, "Exit codes", lists them; keep both in step).
 EXIT_OK = 0
-EXIT_FAILED = 1
+EXIT_FAILED = 1  # what was asked for failed; a job waited for or followed did not succeed
 EXIT_USAGE = 2
+EXIT_TIMEOUT = 3  # --timeout ran out before the job(s) ended
+EXIT_INTERRUPTED = 130  # Ctrl+C (SIGINT)
 
 
 def add_root_args(parser: argparse.ArgumentParser) -> None:

@@ -1,6 +1,8 @@
 """``hopper logs [-f] ID`` and ``hopper logs -f --all``: print or follow job output.
 
-One job: its job.log; ``-f`` follows until the job is terminal. ``--all``:
+One job: its job.log; ``-f`` follows until the job is terminal and then exits
+with the job's outcome (0 succeeded, 1 failed or aborted; 3 when ``--timeout``
+runs out first), so ``hopper logs -f ID && next`` chains like a shell. ``--all``:
 every running job, each line prefixed with the job's name; with ``-f`` it keeps
 going (until Ctrl+C), picking up jobs that start while it follows — including
 ones that start and finish between two looks, whose whole log is printed once.
@@ -14,12 +16,15 @@ import json
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hopper.cli.common import (
     EXIT_FAILED,
+    EXIT_OK,
+    EXIT_TIMEOUT,
     EXIT_USAGE,
     add_root_args,
     find_view,
@@ -56,6 +61,12 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--json", action="store_true", help='JSON lines: {"id", "name", "line"} per output line'
     )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="with -f: stop following after this many seconds (exit 3)",
+    )
     p.set_defaults(handler=handle)
 
 
@@ -87,19 +98,27 @@ def never_ran(record: JobView, run_dir: Path) -> str | None:
     )
 
 
-def follow(run_dir: Path, stop: threading.Event) -> None:
+def follow(run_dir: Path, stop: threading.Event, deadline: float | None = None) -> bool:
+    """Copy job.log as it grows until the job ends (True) or ``deadline`` passes (False)."""
     offset = 0
     while True:
         offset = copy_new(run_dir / LOG_FILE, offset)
-        try:
-            done = is_terminal(read_view(run_dir).state)
-        except FileNotFoundError:
-            done = False
-        if done:
+        if _ended(run_dir):
             copy_new(run_dir / LOG_FILE, offset)
-            return
-        if stop.wait(FOLLOW_INTERVAL):
-            return
+            return True
+        if _expired(deadline) or stop.wait(FOLLOW_INTERVAL):
+            return False
+
+
+def _ended(run_dir: Path) -> bool:
+    try:
+        return is_terminal(read_view(run_dir).state)
+    except FileNotFoundError:
+        return False
+
+
+def _expired(deadline: float | None) -> bool:
+    return deadline is not None and time.monotonic() >= deadline
 
 
 @dataclass
@@ -188,12 +207,15 @@ def follow_all(layout: Layout, sink: Prefixer, follow: bool, stop: threading.Eve
 
 def handle(args: argparse.Namespace) -> int:
     layout = read_context(args)
+    if args.timeout is not None and (args.all or not args.follow):
+        warn("--timeout goes with -f ID (following one job until it ends)")
+        return EXIT_USAGE
     if args.all:
         if args.id:
             warn("give a job ID or --all, not both")
             return EXIT_USAGE
         follow_all(layout, Prefixer(args.json), args.follow, threading.Event())
-        return 0
+        return EXIT_OK
     if not args.id:
         warn("which job? give an ID (or --all for every running job)")
         return EXIT_USAGE
@@ -203,31 +225,47 @@ def handle(args: argparse.Namespace) -> int:
     if silent is not None and (is_terminal(record.state) or not args.follow):
         warn(silent)
         return EXIT_FAILED
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
     if args.json:
         sink, one, stop = Prefixer(True), Followed(record.id, record.name, 0), threading.Event()
         while True:
             drain(layout, one, sink, final=False)
-            try:
-                done = is_terminal(read_view(run_dir).state)
-            except FileNotFoundError:
-                done = False
-            if not args.follow or done or stop.wait(FOLLOW_INTERVAL):
+            done = _ended(run_dir)
+            if not args.follow or done or _expired(deadline) or stop.wait(FOLLOW_INTERVAL):
                 drain(layout, one, sink, final=True)
-                return _after_follow(run_dir) if args.follow else 0
+                if not args.follow:
+                    return EXIT_OK
+                return outcome(run_dir) if done else _timed_out(record, args.timeout)
     if args.follow:
-        follow(run_dir, threading.Event())
-        return _after_follow(run_dir)
+        if follow(run_dir, threading.Event(), deadline):
+            return outcome(run_dir)
+        return _timed_out(record, args.timeout)
     copy_new(run_dir / LOG_FILE, 0)
-    return 0
+    return EXIT_OK
 
 
-def _after_follow(run_dir: Path) -> int:
-    """Followed a job to its end: 1 (and why) if it ended without ever running."""
+def outcome(run_dir: Path) -> int:
+    """Followed a job to its end: 0 if it succeeded; else 1, saying how it ended on stderr."""
     try:
-        silent = never_ran(read_view(run_dir), run_dir)
-    except FileNotFoundError:
-        return 0
-    if silent is None:
-        return 0
-    warn(silent)
+        record = read_view(run_dir)
+    except FileNotFoundError:  # the run directory went away under us (pruned by hand)
+        warn(f"{run_dir / 'job.json'} is gone: cannot tell how the job ended")
+        return EXIT_FAILED
+    if record.state is JobState.SUCCEEDED:
+        return EXIT_OK
+    silent = never_ran(record, run_dir)
+    if silent is not None:
+        warn(silent)
+        return EXIT_FAILED
+    detail = f": {record.detail}" if record.detail else ""
+    warn(f"job {record.id} ({record.name}) {record.state} ({record.reason}){detail}")
     return EXIT_FAILED
+
+
+def _timed_out(record: JobView, timeout: float) -> int:
+    warn(
+        f"timed out after {timeout:g}s following job {record.id} ({record.name}): it has not "
+        f"ended\n  hint: hopper logs -f {record.id} follows it again; "
+        f"hopper abort {record.id} stops it"
+    )
+    return EXIT_TIMEOUT

@@ -5,7 +5,9 @@ The command table below names each command's module and its one-line help, so
 command's module registers its own arguments; every other command is listed
 from the table (tests/test_cli_main.py checks the table against the modules).
 
-Exit codes: 0 success, 1 the thing asked for failed, 2 usage error.
+Exit codes (cli/common.py; the table in README.md): 0 success, 1 the thing asked
+for failed (or a job waited for did not succeed), 2 usage error, 3 a ``--timeout``
+ran out, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -106,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return fail(exc)
     except KeyboardInterrupt:
-        return 130
+        from hopper.cli.common import EXIT_INTERRUPTED
+
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0

@@ -1,5 +1,8 @@
 """``hopper wait [ID…|--all]``: block until those jobs end; exit 1 if any did not succeed.
 
+Exit codes: 0 every job succeeded, 1 one failed or was aborted, 2 usage, 3
+``--timeout`` ran out first (whatever the jobs did so far).
+
 A job named by a prompt still in the inbox (not claimed yet) is waited for
 too. ``--all`` waits until the inbox holds no prompt and no job is queued or
 running, and judges every job that was active at some point while it
@@ -15,6 +18,8 @@ from typing import Any
 
 from hopper.cli.common import (
     EXIT_FAILED,
+    EXIT_OK,
+    EXIT_TIMEOUT,
     EXIT_USAGE,
     add_root_args,
     all_records,
@@ -38,7 +43,12 @@ def register(sub: Any) -> None:
     add_root_args(p)
     p.add_argument("ids", nargs="*", metavar="ID", help="job id, id prefix or name")
     p.add_argument("--all", action="store_true", help="every job, and every prompt in the inbox")
-    p.add_argument("--timeout", type=float, help="give up after this many seconds (exit 1)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="give up after this many seconds (exit 3)",
+    )
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing")
     p.set_defaults(handler=handle)
 
@@ -56,18 +66,18 @@ def handle(args: argparse.Namespace) -> int:
             ids = [_claimed_id(layout, ref, deadline) for ref in args.ids]
         except JobNotClaimed as exc:
             warn(f"timed out waiting: {exc}")
-            return EXIT_FAILED
+            return EXIT_TIMEOUT
         if not args.quiet:
             print(f"waiting for {len(ids)} job(s)", file=sys.stderr, flush=True)
         ended = _wait_ids(layout, ids, deadline)
     if ended is None:
-        warn("timed out waiting")
-        return EXIT_FAILED
+        warn(f"timed out waiting: {args.timeout:g}s passed and not every job has ended")
+        return EXIT_TIMEOUT
     bad = [r for r in ended if r.state is not JobState.SUCCEEDED]
     if not args.quiet:
         for record in ended:
             print(terminal_safe(f"{record.id}  {record.state}  {record.reason or ''}".rstrip()))
-    return EXIT_FAILED if bad else 0
+    return EXIT_FAILED if bad else EXIT_OK
 
 
 def _expired(deadline: float | None) -> bool:
