@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agentjobs import CLAUDES, MATRIX, Hopper, agent_config, jobs, prompt, versioned
+from agentjobs import CLAUDES, CODEXES, MATRIX, Hopper, agent_config, jobs, prompt, versioned
 
 from conftest import Watchers, drop, wait_for
 from hopper.core.states import TERMINAL_STATES, JobState, Reason
@@ -165,3 +165,100 @@ def test_streaming_answer_reaches_the_log_line_by_line(
     for i in range(6):
         assert lines.count(f"  tick{i}") == 1, lines  # streamed once, not printed again
     assert (run_dir / "result.md").read_text() == answer
+
+
+@pytest.mark.parametrize("agent_at", CLAUDES)
+def test_an_answer_without_a_newline_reaches_the_log_as_it_streams(
+    agent_at: str, layout: Layout, config_file: Path, tmp_path: Path, srv: ModelServer
+) -> None:
+    """One long line, 12 pieces 1 s apart: what arrived is in job.log within about a
+    second (not only at the end of the line), agent_state is ``working`` meanwhile, and
+    the finished line is in the log once, whole."""
+    agent, versions = versioned(agent_at)
+    agent_config(config_file, tmp_path, srv.url, **versions)
+    words = [f"w{i:02d}x " for i in range(12)]
+    answer = "".join(words).strip()
+    srv.script([text(answer, delay=1.0, chunks=12)])
+    drop(layout, "oneline", prompt(agent, "Talk"))
+    w = Watchers(layout, config_file)
+    w.start()
+    try:
+        wait_for(lambda: jobs(layout), what="the job to be claimed")
+        (run_dir,) = jobs(layout)
+        log = run_dir / "job.log"
+
+        def logged() -> str:
+            return log.read_text() if log.exists() else ""
+
+        wait_for(lambda: "w01x" in logged(), timeout=40, what="w01x in job.log mid-line")
+        assert srv.deltas_sent < 12, "the second word reached job.log only at the end"
+        wait_for(
+            lambda: read_record(run_dir).agent_state == "working" or srv.deltas_sent >= 12,
+            what="agent_state working",
+        )
+        assert srv.deltas_sent < 12, "agent_state was not 'working' while the text streamed"
+        wait_for(lambda: read_record(run_dir).state in TERMINAL_STATES, timeout=40, what="the end")
+    finally:
+        w.stop_all()
+    record = read_record(run_dir)
+    assert (record.state, record.reason) == (JobState.SUCCEEDED, Reason.COMPLETED), record.detail
+    lines = logged().splitlines()
+    assert lines.count("  " + answer) == 1, lines  # pieces joined on one line, once
+    assert (run_dir / "result.md").read_text().strip() == answer
+
+
+@pytest.mark.parametrize("agent_at", CODEXES)
+def test_codex_streaming_a_long_answer_is_not_idle(
+    agent_at: str, layout: Layout, config_file: Path, tmp_path: Path, srv: ModelServer
+) -> None:
+    """``exec --json`` prints nothing until the answer is whole: an answer streamed for
+    ~20 s (ten pieces 2 s apart) outlives ``idle_timeout = "8s"`` because the stream's
+    events count as progress, and agent_state is ``working`` while it streams. Codex's
+    progress tracing stays out of job.log."""
+    agent, versions = versioned(agent_at)
+    agent_config(config_file, tmp_path, srv.url, **versions)
+    answer = "".join(f"p{i} " for i in range(10)).strip()
+    srv.script([text(answer, delay=2.0, chunks=10)])
+    drop(layout, "long", prompt(agent, "Talk", idle_timeout="8s"))
+    w = Watchers(layout, config_file)
+    w.start()
+    try:
+        wait_for(lambda: jobs(layout), what="the job to be claimed")
+        (run_dir,) = jobs(layout)
+        assert srv.wait_for_deltas(2, timeout=40)
+        wait_for(
+            lambda: read_record(run_dir).agent_state == "working" or srv.deltas_sent >= 10,
+            what="agent_state working",
+        )
+        assert srv.deltas_sent < 10, "agent_state was not 'working' while the answer streamed"
+        wait_for(lambda: read_record(run_dir).state in TERMINAL_STATES, timeout=60, what="the end")
+    finally:
+        w.stop_all()
+    record = read_record(run_dir)
+    assert (record.state, record.reason) == (JobState.SUCCEEDED, Reason.COMPLETED), record.detail
+    assert (run_dir / "result.md").read_text().strip() == answer
+    log = (run_dir / "job.log").read_text()
+    assert "codex_otel" not in log and "sse_event" not in log
+
+
+@pytest.mark.parametrize("agent_at", CODEXES)
+def test_codex_whose_stream_stalls_is_stopped_by_idle_timeout(
+    agent_at: str,
+    layout: Layout,
+    hopper: Hopper,
+    config_file: Path,
+    tmp_path: Path,
+    srv: ModelServer,
+) -> None:
+    """The other side: the server opens the answer, then sends nothing for 40 s: no
+    event, no progress, and ``idle_timeout = "5s"`` ends it well before."""
+    agent, versions = versioned(agent_at)
+    agent_config(config_file, tmp_path, srv.url, **versions)
+    srv.script([text("late", delay=40.0, chunks=1)])
+    drop(layout, "stall", prompt(agent, "Talk", idle_timeout="5s"))
+    started = time.monotonic()
+    assert hopper("run", "--until-idle").returncode == 0
+    assert time.monotonic() - started < 35
+    (run_dir,) = jobs(layout)
+    record = read_record(run_dir)
+    assert (record.state, record.reason) == (JobState.FAILED, Reason.IDLE_TIMEOUT), record.detail

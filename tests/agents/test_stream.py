@@ -235,3 +235,54 @@ def test_final_state() -> None:
     )
     assert final_state("agent_error", "auth", [], None) == ("api_error", None)
     assert final_state("agent_error", "unknown", [], None) == ("idle", None)
+
+
+def _delta(text: str) -> dict[str, object]:
+    return {
+        "type": "stream_event",
+        "event": {"type": "content_block_delta", "delta": {"type": "text_delta", "text": text}},
+    }
+
+
+def test_streamed_text_without_a_newline_is_taken_as_it_stands_and_continued() -> None:
+    """The driver writes what has no newline yet (take_fragment); the line rendered next
+    ends that line rather than starting another, and nothing is written twice."""
+    state = StreamState("claude")
+    start = {"type": "content_block_start", "content_block": {"type": "text"}}
+    log = "\n".join(state.feed({"type": "stream_event", "event": start})) + "\n"
+    assert state.feed(_delta("hel")) == []
+    log += state.take_fragment()
+    assert state.take_fragment() == ""  # nothing new
+    log += "".join(t + "\n" for t in state.feed(_delta("lo\nwor")))
+    log += state.take_fragment()
+    state.feed(_delta("ld"))
+    stop = {"type": "stream_event", "event": {"type": "content_block_stop"}}
+    log += "".join(t + "\n" for t in state.feed(stop))
+    assert log == "[assistant]\n  hello\n  world\n"
+    assert not state.line_open and state.partial == ""
+
+
+def test_an_event_in_the_middle_of_a_streamed_line_starts_on_a_line_of_its_own() -> None:
+    state = StreamState("claude")
+    start = {"type": "content_block_start", "content_block": {"type": "text"}}
+    state.feed({"type": "stream_event", "event": start})
+    state.feed(_delta("half a li"))
+    log = state.take_fragment()
+    retry = {"type": "system", "subtype": "api_retry", "error_status": 500, "attempt": 1}
+    log += "".join(t + "\n" for t in state.feed(retry))
+    log += "".join(t + "\n" for t in state.feed(_delta("ne\n")))
+    assert log.splitlines()[0] == "  half a li"
+    assert log.splitlines()[1].startswith("[retry] API error 500")
+    assert log.splitlines()[2] == "  ne"
+    assert state.close_line() is False
+
+
+def test_codex_progress_env_keeps_the_users_filter() -> None:
+    from hopper.agents.codex import CODEX, progress_env
+
+    assert progress_env({}) == {"RUST_LOG": "error,codex_otel.log_only=info"}
+    assert progress_env({"RUST_LOG": "warn"}) == {"RUST_LOG": "warn,codex_otel.log_only=info"}
+    assert CODEX.progress is not None
+    line = b'2026-11-26T05:25:59Z  INFO codex_otel.log_only: event.name="codex.sse_event"'
+    assert CODEX.progress.marker in line
+    assert CODEX.progress.marker not in b"WARNING: proceeding, even though we could not"

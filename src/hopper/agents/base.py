@@ -53,6 +53,17 @@ class Agent(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class StderrProgress:
+    """A CLI whose stdout is silent while it works (an answer is printed only once whole)
+    but which can trace what it receives on stderr: ``env`` turns that tracing on (given
+    the job's environment), and a stderr line holding ``marker`` is progress, kept out
+    of job.log. Every other stderr line goes to job.log as it is."""
+
+    env: Callable[[Mapping[str, str]], dict[str, str]]
+    marker: bytes
+
+
 class Cli(Protocol):
     """One agent CLI the driver runs (agents/claude.py, codex.py, custom.py): what hopper
     knows about it, on both sides of ``agent.spec.json``. Standard library only."""
@@ -61,6 +72,8 @@ class Cli(Protocol):
     # Its command, looked up on PATH or in tools/agents unless ``[agents.NAME] bin`` is
     # set; None when the configured argv template names it.
     binary: str | None
+    # How its stream's progress shows when stdout is silent; None: stdout tells all.
+    progress: StderrProgress | None
 
     def spec_keys(self, config: AgentConfig, fill: Fill) -> dict[str, Any]:
         """What it adds to agent.spec.json (after ``bin``), from its config table."""

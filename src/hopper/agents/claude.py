@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hopper.agents.base import Fill, extra_args
+from hopper.agents.base import Fill, StderrProgress, extra_args
 from hopper.agents.streamtext import (
     TEXT_CHARS,
     LiveError,
@@ -34,6 +34,7 @@ ASKING_TOOLS = frozenset({"AskUserQuestion"})
 class Claude:
     kind = "claude"
     binary: str | None = "claude"
+    progress: StderrProgress | None = None
 
     def spec_keys(self, config: AgentConfig, fill: Fill) -> dict[str, Any]:
         return {"permission_mode": config.permission_mode}
@@ -65,20 +66,24 @@ def read_stream(state: StreamState, obj: dict[str, Any]) -> list[str]:
     """One object of Claude's stream into ``state``; the job.log lines it renders to.
 
     ``stream_event`` text deltas are rendered line by line as they arrive (the
-    complete ``assistant`` message that follows is then not printed again)."""
+    complete ``assistant`` message that follows is then not printed again); a line
+    still waiting for its newline is left in ``state.partial``, which the driver writes
+    as it stands every so often (:meth:`StreamState.take_fragment`): the next line
+    rendered then ends it rather than starting a new one."""
     kind = obj.get("type")
     if isinstance(obj.get("session_id"), str):
         state.session_id = obj["session_id"]
-    if kind == "system":
-        return _system(state, obj)
-    if kind == "assistant":
-        return _assistant(state, obj)
-    if kind == "user":
-        return _user(state, obj)
-    if kind == "result":
-        return _result(state, obj)
     if kind == "stream_event":
         return _partial(state, obj.get("event") or {})
+    if kind == "assistant":
+        return _assistant(state, obj)
+    # anything else starts on a line of its own, after a piece of text left open
+    if kind == "system":
+        return _close(state) + _system(state, obj)
+    if kind == "user":
+        return _close(state) + _user(state, obj)
+    if kind == "result":
+        return _close(state) + _result(state, obj)
     return []
 
 
@@ -88,8 +93,9 @@ def _partial(state: StreamState, event: dict[str, Any]) -> list[str]:
     if etype == "content_block_start":
         block = event.get("content_block") or {}
         if block.get("type") == "text":
+            out = _close(state)
             state.streamed, state.partial = True, ""
-            return ["[assistant]"]
+            return [*out, "[assistant]"]
         return []
     if etype == "content_block_delta":
         delta = event.get("delta") or {}
@@ -97,15 +103,31 @@ def _partial(state: StreamState, event: dict[str, Any]) -> list[str]:
             return []
         state.partial += str(delta.get("text") or "")
         *done, state.partial = state.partial.split("\n")
-        return ["  " + line for line in done]
+        out = []
+        for line in done:  # the first may end a line whose start is already in the log
+            out.append(line if state.line_open else "  " + line)
+            state.line_open = False
+        return out
     if etype == "content_block_stop":
         return _flush_partial(state)
     return []
 
 
 def _flush_partial(state: StreamState) -> list[str]:
+    """The rest of a streamed text, as a whole line (or the end of the open one)."""
     rest, state.partial = state.partial, ""
+    if state.line_open:
+        state.line_open = False
+        return [rest]
     return ["  " + rest] if rest else []
+
+
+def _close(state: StreamState) -> list[str]:
+    """A line break ending the streamed text left open in the log, if any."""
+    if state.line_open:
+        state.line_open = False
+        return [""]
+    return []
 
 
 def _system(state: StreamState, obj: dict[str, Any]) -> list[str]:
@@ -148,6 +170,8 @@ def _assistant(state: StreamState, obj: dict[str, Any]) -> list[str]:
         state.error_status = status if isinstance(status, int) else state.error_status
         state.error_kind = error_kind(state.error_status, "", str(obj.get("error") or ""))
     streamed, state.streamed = state.streamed, False
+    if not streamed:
+        out += _close(state)
     for block in message.get("content") or []:
         if not isinstance(block, dict):
             continue

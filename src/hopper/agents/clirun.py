@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from hopper.agents.argv import turn_argv
+from hopper.agents.argv import cli_for, turn_argv
 from hopper.agents.groupstop import GroupStop
 from hopper.agents.livestate import LiveState
 from hopper.agents.stream import DIALECTS, StreamState, parse_line
@@ -39,6 +39,7 @@ from hopper.core.agent_outcome import judge, live_action
 
 STREAM_FILE = "agent.jsonl"
 DEFAULT_IDLE_AFTER = 30.0  # seconds without output before the live state says idle
+FRAGMENT_EVERY = 0.5  # seconds: streamed text still waiting for its newline reaches job.log
 
 
 @dataclass
@@ -93,15 +94,20 @@ class CliRun:
         self.say(f"[hopper] {'resuming' if resume else 'starting'} {self.spec.get('agent_name')}")
         self.live.set("starting")
         stdin_path = message if self.spec.get("stdin", True) else Path(os.devnull)
+        # a CLI whose stdout is silent while it streams traces its progress on stderr
+        # (not through a container's engine: the tracing would not reach inside)
+        progress = None if self.spec.get("container") else cli_for(self.spec).progress
+        env = {**os.environ, **progress.env(os.environ)} if progress else None
         with open(stdin_path, "rb") as stdin:
             try:
                 # its own group: an idle or error stop reaches every child it started
                 proc = subprocess.Popen(
                     argv,
                     cwd=self.workdir,
+                    env=env,
                     stdin=stdin,
                     stdout=subprocess.PIPE,
-                    stderr=None,
+                    stderr=subprocess.PIPE if progress else None,
                     process_group=0,
                 )
             except OSError as exc:
@@ -109,6 +115,7 @@ class CliRun:
                 return RunResult(state, None, False, False, "unknown", f"cannot start: {exc}")
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
+        err = _Stderr(proc.stderr, progress.marker) if progress else None
         idle_timeout = self.spec.get("idle_timeout")
         idle_after = float(self.spec.get("idle_after") or DEFAULT_IDLE_AFTER)
         if idle_timeout is not None:
@@ -120,14 +127,23 @@ class CliRun:
         self.taken = None
         stop = GroupStop(proc, float(self.spec.get("grace", 5.0)))
         stream = open(self.run_dir / STREAM_FILE, "ab")  # noqa: SIM115
+        shown = time.monotonic()  # when streamed text last reached the log
         try:
             while True:
                 if self.signals:  # the supervisor's stop: pass it on, it escalates itself
                     stop.send(self.signals.pop(0))
                 if stop.tick():
                     break
-                ready, _, _ = select.select([fd], [], [], 0.2)
-                if not ready:
+                fds = [fd] if err is None or err.closed else [fd, err.fd]
+                ready, _, _ = select.select(fds, [], [], 0.2)
+                if err is not None and err.fd in ready and err.read(state):
+                    last = time.monotonic()  # the stream moves: not idle
+                    if not self.taken:
+                        self.live.activity()
+                if time.monotonic() - shown >= FRAGMENT_EVERY:
+                    shown = time.monotonic()
+                    self._fragment(state)
+                if fd not in ready:
                     quiet = time.monotonic() - last
                     if quiet >= idle_after and self.live.state in ("starting", "working"):
                         self.live.set("idle", detail=f"no output for {quiet:.0f}s")
@@ -135,6 +151,8 @@ class CliRun:
                     if timed_out and not idle and not self.taken:
                         idle = True
                         self.note("idle_timeout", idle_timeout_seconds=idle_timeout)
+                        if state.close_line():
+                            self.say("")
                         self.say(f"[hopper] no output for {idle_timeout:g}s: stopping the agent")
                         stop.begin()
                     continue
@@ -153,13 +171,22 @@ class CliRun:
                 *lines, buf = buf.split(b"\n")
                 for line in lines:
                     self._line(line, state, stream)
+                if lines:
+                    shown = time.monotonic()
                 if self._judge_live(state):
                     stop.begin()
             if buf.strip():
                 self._line(buf, state, stream)
+            if err is not None:
+                err.drain(state)
+            self._fragment(state)
+            if state.close_line():  # a line cut short ends here
+                self.say("")
         finally:
             stream.close()
             proc.stdout.close()
+            if proc.stderr is not None:
+                proc.stderr.close()
         code = self._wait(proc)
         self.note("agent_exited", exit_code=code)
         if self.taken is not None:
@@ -190,13 +217,25 @@ class CliRun:
         stream.flush()
         obj = parse_line(line)
         if obj is None:
+            if state.close_line():
+                self.say("")
             self.say(line.decode("utf-8", "replace"))
             return
         for text in state.feed(obj):
             self.say(text)
 
+    @staticmethod
+    def _fragment(state: StreamState) -> None:
+        """Streamed text still waiting for its newline, into job.log as it stands."""
+        text = state.take_fragment()
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
     def _judge_live(self, state: StreamState) -> bool:
         """Act on what the stream just said; True when the CLI must be stopped now."""
+        if state.live and state.close_line():
+            self.say("")
         if state.waiting and not self.taken:
             self.live.set("waiting_for_input", detail=state.waiting)
         state.waiting = None
@@ -224,3 +263,50 @@ class CliRun:
     def _wait(proc: subprocess.Popen[bytes]) -> int | None:
         rc = proc.wait()
         return rc if rc >= 0 else None
+
+
+class _Stderr:
+    """A CLI's stderr on a pipe: lines holding the progress ``marker`` are counted, not
+    logged; the others are copied to job.log whole (a line cut short only at the end)."""
+
+    def __init__(self, pipe: Any, marker: bytes) -> None:
+        self.fd: int = pipe.fileno()
+        self.marker = marker
+        self.closed = False
+        self._buf = b""
+
+    def read(self, state: StreamState) -> bool:
+        """Read what is there; True if it held progress."""
+        chunk = os.read(self.fd, 65536)
+        if not chunk:
+            self.closed = True
+            return self._emit(state, [self._buf] if self._buf.strip() else [])
+        self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        return self._emit(state, lines)
+
+    def drain(self, state: StreamState, wait: float = 1.0) -> None:
+        """What is left once stdout has closed: read until EOF, at most ``wait`` seconds
+        (a child of the CLI may hold the pipe open)."""
+        deadline = time.monotonic() + wait
+        while not self.closed:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                break
+            self.read(state)
+        if self._buf.strip():
+            self._emit(state, [self._buf])
+        self._buf = b""
+
+    def _emit(self, state: StreamState, lines: list[bytes]) -> bool:
+        moved = False
+        shown = [ln for ln in lines if ln.strip()]
+        for line in shown:
+            if self.marker in line:
+                moved = True
+                continue
+            if state.close_line():
+                sys.stdout.write("\n")
+            sys.stdout.buffer.write(line + b"\n")
+        sys.stdout.flush()
+        return moved

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hopper.agents.base import Fill, extra_args
+from hopper.agents.base import Fill, StderrProgress, extra_args
 from hopper.agents.streamtext import TEXT_CHARS, LiveError, indent, shorten
 from hopper.core.agent_outcome import error_kind
 
@@ -19,9 +19,28 @@ if TYPE_CHECKING:
     from hopper.config import AgentConfig
 
 
+# ``exec --json`` prints an answer only once it is complete: a minute of streaming is a
+# minute of silence on stdout. Codex traces each server-sent event it receives
+# (``event.name="codex.sse_event"``) under the tracing target ``codex_otel.log_only``
+# at level info (0.142.0 and 0.169.0 alike); turned on through RUST_LOG, those stderr
+# lines are the stream's progress for the idle clock and the live state. Codex's own
+# default filter is ``error``: a user's RUST_LOG is kept, with the target added.
+OTEL_TARGET = "codex_otel.log_only"
+
+
+def progress_env(env: Mapping[str, str]) -> dict[str, str]:
+    """RUST_LOG for a run: the job's own filter (Codex's default, ``error``, if none)
+    with the progress target added."""
+    return {"RUST_LOG": f"{env.get('RUST_LOG') or 'error'},{OTEL_TARGET}=info"}
+
+
+PROGRESS = StderrProgress(progress_env, f" {OTEL_TARGET}: ".encode())
+
+
 class Codex:
     kind = "codex"
     binary: str | None = "codex"
+    progress: StderrProgress | None = PROGRESS
 
     def spec_keys(self, config: AgentConfig, fill: Fill) -> dict[str, Any]:
         return {"sandbox": config.sandbox}

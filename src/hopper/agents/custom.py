@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from hopper.agents.base import Fill, extra_args
+from hopper.agents.base import Fill, StderrProgress, extra_args
 
 if TYPE_CHECKING:
     from hopper.config import AgentConfig
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 class Custom:
     kind = "custom"
     binary: str | None = None  # the template's first word
+    progress: StderrProgress | None = None
 
     def spec_keys(self, config: AgentConfig, fill: Fill) -> dict[str, Any]:
         assert config.argv  # the registry makes a custom agent only of a table with one

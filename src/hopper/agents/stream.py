@@ -61,12 +61,28 @@ class StreamState:
     live: list[LiveError] = field(default_factory=list)  # taken (and cleared) by the driver
     waiting: str | None = None  # why the agent waits for a human (a denial, a question)
     streamed: bool = False  # the current message's text was rendered from deltas
-    partial: str = ""  # streamed text not yet ended by a newline
+    partial: str = ""  # streamed text not yet in the log (no newline yet)
+    line_open: bool = False  # the log's last line is streamed text awaiting its end
 
     # -- feeding ----------------------------------------------------------------
     def feed(self, obj: dict[str, Any]) -> list[str]:
         """Take one stream object; return the job.log lines it renders to."""
         return READERS[self.agent](self, obj)
+
+    def take_fragment(self) -> str:
+        """Streamed text that has no newline yet, to write to the log as it stands (no
+        line break after it): the start of a line, indented, or more of the open one.
+        The next rendered line goes on from it; "" when there is nothing new."""
+        if not self.partial:
+            return ""
+        text = self.partial if self.line_open else "  " + self.partial
+        self.partial, self.line_open = "", True
+        return text
+
+    def close_line(self) -> bool:
+        """End the open line, if any, before something else is written; True if one was."""
+        was, self.line_open = self.line_open, False
+        return was
 
     def summary(self) -> dict[str, Any]:
         return {
