@@ -8,9 +8,13 @@ every :data:`KILL_REPEAT` seconds for as long as the job is not reaped. An
 output limit skips the signals and the grace: SIGKILL at once, since a writer
 that ignores SIGTERM would fill the disk during the grace period.
 
-proc/supervise.py owns time and processes: it calls :meth:`Ladder.begin` when
-a stop is decided, :meth:`Ladder.step` with the monotonic time on each turn,
-performs the action it gets, and waits no later than :attr:`Ladder.due`.
+Whether a stop begins now, and why, is :func:`stop_now`: fed what the turn saw
+(a stop request, a limit the meter found, the deadline and the time).
+
+proc/supervise.py owns time and processes: it asks :func:`stop_now` on each
+turn, calls :meth:`Ladder.begin` when a stop is decided, :meth:`Ladder.step`
+with the monotonic time, performs the action it gets, and waits no later than
+:attr:`Ladder.due`.
 Standard library only, like the supervisor that loads it by path.
 """
 
@@ -35,6 +39,34 @@ class KillTree:
 
 
 Action = Send | KillTree
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why a stop begins: the watcher asked (``request``), a ``limit`` the meter found
+    (``memory``, ``output``, ``idle`` …), or the job's ``timeout`` passed."""
+
+    why: str  # "request" | "limit" | "timeout"
+    limit: str | None = None
+    at_once: bool = False  # SIGKILL with no grace (an output limit)
+
+
+def stop_now(
+    stopping: bool, requested: bool, limit: str | None, deadline: float | None, now: float
+) -> Stop | None:
+    """Whether a stop begins at ``now``: None while one is under way or nothing calls
+    for it. A request wins over a limit, a limit over the timeout (the meter is not
+    asked while a request is pending, so a limit found in the same turn never hides
+    one)."""
+    if stopping:
+        return None
+    if requested:
+        return Stop("request")
+    if limit is not None:
+        return Stop("limit", limit, at_once=limit == "output")
+    if deadline is not None and now >= deadline:
+        return Stop("timeout")
+    return None
 
 
 @dataclass(frozen=True)

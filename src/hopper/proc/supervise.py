@@ -59,7 +59,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING or __package__:
-    from hopper.proc.ladder import Action, KillTree, Ladder
+    from hopper.proc.ladder import Action, KillTree, Ladder, stop_now
     from hopper.proc.meter import Figures, Meter
     from hopper.proc.protocol import (
         DEFAULT_GRACE,
@@ -73,7 +73,7 @@ if TYPE_CHECKING or __package__:
     from hopper.proc.rundir import RunDir
 else:  # run by path under -I -S: hopper is not importable, the contract is a sibling
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from ladder import Action, KillTree, Ladder
+    from ladder import Action, KillTree, Ladder, stop_now
     from meter import Figures, Meter
     from protocol import (
         DEFAULT_GRACE,
@@ -229,20 +229,14 @@ class Supervisor(Reaper):
                 next_idle = now + idle_step
                 if limit is None and not ladder.stopping and sig not in STOP_REQUESTS:
                     limit = "idle" if meter.idle_check(now) else None
-            begin_stop = not ladder.stopping and (
-                sig in STOP_REQUESTS
-                or limit is not None
-                or (deadline is not None and now >= deadline)
-            )
-            if begin_stop:
-                if limit is not None:
-                    self.limit = limit
-                elif sig not in STOP_REQUESTS:
+            stop = stop_now(ladder.stopping, sig in STOP_REQUESTS, limit, deadline, now)
+            if stop is not None:
+                if stop.why == "limit":
+                    self.limit = stop.limit
+                elif stop.why == "timeout":
                     self.timed_out = True
                     self.safe_event("timeout", timeout_seconds=self.timeout)
-                # An output limit is SIGKILL at once: a writer that ignores
-                # SIGTERM would fill the disk during the grace period.
-                ladder = ladder.begin(now, self.stop_signals, at_once=limit == "output")
+                ladder = ladder.begin(now, self.stop_signals, at_once=stop.at_once)
             ladder, action = ladder.step(now)
             if action is not None:
                 self.act(action)
