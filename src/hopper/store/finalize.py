@@ -40,7 +40,7 @@ from hopper.core.states import Reason
 from hopper.faults import crash_point
 from hopper.store import ledger
 from hopper.store.jobfile import PROMPT_FILE, read_record
-from hopper.store.layout import PROMPT_SUFFIX, Layout
+from hopper.store.layout import PROMPT_SUFFIX, Layout, parts_below
 from hopper.store.withhold import withhold_env
 
 MISSING_NOTE = (
@@ -161,16 +161,19 @@ def _file(
     """Withhold the job's env values, then move the prompt; the processed path it
     is at (None: there was none)."""
     withhold_env(run_dir, run_dir.name)
+    planned = rel
+    if parts_below(rel, "processed") is None:  # a record a job rewrote: never out of processed/
+        planned = f"processed/{run_dir.name}{PROMPT_SUFFIX}"
     if not os.path.lexists(run_dir / PROMPT_FILE):
-        if os.path.lexists(layout.root / rel):
-            return rel  # moved before a crash
+        if os.path.lexists(layout.root / planned):
+            return planned  # moved before a crash
         settle(None, MISSING_NOTE)
         if now is not None:
             ledger.note(run_dir, "prompt_missing", now, planned_path=rel)
         return None
     run_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        for candidate in _candidates(rel):
+        for candidate in _candidates(planned):
             parent_fd = _open_parent(layout, candidate)
             if parent_fd is None:
                 continue  # leads through a link or a file
@@ -208,7 +211,7 @@ def _open_parent(layout: Layout, rel: str) -> int | None:
     a link below the root; None if a component is a link or not a directory."""
     fd = os.open(layout.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     for part in Path(rel).parent.parts:
-        if part in ("", ".", ".."):
+        if part in ("", ".", "..") or "/" in part:  # "/": an absolute path
             os.close(fd)
             return None
         try:
