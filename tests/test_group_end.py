@@ -8,12 +8,16 @@ again, without holding back the others. In-process, fake executor and clock.
 from __future__ import annotations
 
 import errno
+from collections.abc import Sequence
+from datetime import datetime
 
 import pytest
 
+from hopper.core.record import JobRecord
 from hopper.core.states import JobState, Reason
+from hopper.intake import Intake, Terminal
 from hopper.store import ledger
-from hopper.store.jobfile import read_record
+from hopper.store.jobfile import ABORT_FILE, read_record
 from hopper.store.layout import Layout
 from hopper.watcher import Watcher
 from inprocess import FakeClock, FakeExecutor, exit_status, in_process, names, submit, turns
@@ -88,3 +92,36 @@ def test_an_end_that_cannot_be_filed_is_kept_and_does_not_hold_back_the_others(
     turns(watcher, clock, lambda: not watcher.runner.running_count())
     assert read_record(layout.run_dir(victim)).state is JobState.SUCCEEDED
     assert names(layout, victim).count("finalized") == 1
+
+
+def test_every_way_a_job_ends_is_filed_through_one_typed_path(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reject at claim, an abort while queued and a poll's exits all reach
+    Intake.file_terminals: a single end is a batch of one, a poll's ends one batch."""
+    calls: list[list[tuple[str, Reason]]] = []
+    real = Intake.file_terminals
+
+    def spy(self: Intake, ends: Sequence[Terminal], now: datetime) -> list[JobRecord | OSError]:
+        calls.append([(t.record.id, t.reason) for t in ends])
+        return real(self, ends, now)
+
+    monkeypatch.setattr(Intake, "file_terminals", spy)
+    watcher, fake, clock, jobs = start_three(layout)
+    assert calls == []
+    submit(layout, clock, "bad", '+++\nagent = "nobody"\n+++\nx\n')  # refused at claim
+    turns(watcher, clock, lambda: bool(calls))
+    assert [[reason for _, reason in call] for call in calls] == [[Reason.UNKNOWN_AGENT]]
+    (layout.root / "PAUSE").touch()  # nothing more starts: the next job stays queued
+    submit(layout, clock, "waiting", '+++\nagent = "bash"\n+++\ntrue\n')
+    turns(watcher, clock, lambda: bool(watcher.queued))
+    (waiting,) = watcher.queued
+    calls.clear()
+    (layout.run_dir(waiting) / ABORT_FILE).touch()
+    turns(watcher, clock, lambda: bool(calls))
+    assert calls == [[(waiting, Reason.ABORTED)]]
+    for job_id in jobs:
+        fake.exits[job_id] = exit_status(clock, 0)
+    calls.clear()
+    watcher.turn()
+    assert calls == [[(j, Reason.COMPLETED) for j in jobs]]

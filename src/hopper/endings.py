@@ -29,9 +29,8 @@ from hopper.core.states import JobState, Reason
 from hopper.executors.protocol import Ended, How
 from hopper.executors.slurm import EXIT_STATUS_FILE as SLURM_EXIT_FILE
 from hopper.hooks import HookRunner, HookSet, calls_for
-from hopper.intake import Intake
+from hopper.intake import Intake, Terminal
 from hopper.store import ledger
-from hopper.store.finalize import ending, file_terminals
 from hopper.store.jobfile import EXIT_FILE, LOG_FILE, read_resources
 from hopper.workspace import remove_worktree
 
@@ -49,20 +48,60 @@ class Endings:
     agents: dict[str, Agent]
 
     def file(self, e: Ended) -> JobRecord:
-        """The job's record after its end: terminal (filed), or queued again (a retry)."""
+        """The job's record after its end: terminal (filed), or queued again (a retry).
+
+        A batch of one (:meth:`file_many`); raises what stopped it (the OSError
+        of a refused write: its job.json then as it was)."""
+        (result,) = self.file_many([e])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    def file_many(self, ends: Sequence[Ended]) -> list[JobRecord | Exception]:
+        """Each end filed: a retry queued again at once, and the terminal records
+        of all the others in one group commit (:meth:`Intake.file_terminals`:
+        every terminal record durable before any prompt moves). Per end, in
+        order: its record after the end, or what stopped it (its job.json then
+        as it was)."""
+        now = self.clock.now()
+        results: dict[int, JobRecord | Exception] = {}
+        batch: list[tuple[int, Terminal]] = []
+        for i, e in enumerate(ends):
+            try:
+                planned = self._plan(e, now)
+            except Exception as exc:  # this end's, reported by the caller
+                results[i] = exc
+                continue
+            if isinstance(planned, Terminal):
+                batch.append((i, planned))
+            else:
+                results[i] = planned
+        if not batch:
+            return [results[i] for i in range(len(ends))]
+        filed: list[JobRecord | OSError] | list[Exception]
+        try:
+            filed = self.intake.file_terminals([t for _, t in batch], now)
+        except Exception as exc:  # a bug: every end of the batch waits for the next tick
+            filed = [exc] * len(batch)
+        for (i, _), result in zip(batch, filed, strict=True):
+            results[i] = result
+        return [results[i] for i in range(len(ends))]
+
+    def _plan(self, e: Ended, now: datetime) -> JobRecord | Terminal:
+        """What filing ``e`` takes: the record it leaves (already filed elsewhere, or
+        a retry, queued again here) or the terminal record to commit with the rest."""
         if e.how is How.FILED:
             return e.record
         assert e.reason is not None, e
         if e.how is How.REJECTED:
-            return self.intake.reject(e.run_dir, e.record, e.reason, e.detail)
+            return self.intake.rejection(e.run_dir, e.record, e.reason, e.detail, now)
         if e.how is How.ABORTED:
-            now = self.clock.now()
             ledger.note(e.run_dir, "abort_requested", now, reason=Reason.ABORTED)
-            return self.close(e.run_dir, e.record, e.reason, e.detail, None)
+            return self._close(e.run_dir, e.record, e.reason, e.detail, None, now)
         if e.how is How.VANISHED:
-            return self._vanished(e)
+            return self._vanished(e, now)
         record, reason, detail = self._refined(e)
-        return self.close(e.run_dir, record, reason, detail, e.status)
+        return self._close(e.run_dir, record, reason, detail, e.status, now)
 
     def _refined(self, e: Ended) -> tuple[JobRecord, Reason, str]:
         """An agent's own summary (agent.json) may say more than its exit status."""
@@ -79,7 +118,7 @@ class Endings:
             reason, detail = refined
         return record, reason, detail
 
-    def _vanished(self, e: Ended) -> JobRecord:
+    def _vanished(self, e: Ended, now: datetime) -> Terminal:
         """Filed ``lost`` once, in a fresh run directory, and never retried (its
         prompt went with the directory); the executor has ended its processes, if
         it had any (a queued job's directory can vanish too)."""
@@ -93,99 +132,35 @@ class Endings:
         if run_dir.is_symlink():
             run_dir.unlink()  # the link itself, never what it points to
         run_dir.mkdir(exist_ok=True)
-        now = self.clock.now()
         started = rec.started_at
-        return self.intake.file_terminal(
-            run_dir,
-            rec,
-            Reason.LOST,
-            e.detail,
-            now,
-            {
-                "finished_at": now,
-                "duration_seconds": (now - started).total_seconds() if started else None,
-            },
-        )
+        duration = (now - started).total_seconds() if started else None
+        return Terminal(run_dir, rec, Reason.LOST, e.detail, now, duration)
 
-    def close(
+    def _close(
         self,
         run_dir: Path,
         record: JobRecord,
         reason: Reason,
         detail: str,
         status: ExitStatus | None,
-    ) -> JobRecord:
-        """Retry the job if its policy says so, else file it terminal."""
-        now = self.clock.now()
+        now: datetime,
+    ) -> JobRecord | Terminal:
+        """Retry the job if its policy says so (queued again here), else its terminal
+        record with the figures its exit status gives."""
         record = self._used(run_dir, record, status)
         if self._retries(record, reason):
             return self._retry(run_dir, record, reason, detail, status)
-        fields = self._figures(record, status, now)
-        return self.intake.file_terminal(run_dir, record, reason, detail, now, fields)
-
-    def file_many(self, ends: Sequence[Ended]) -> list[JobRecord | Exception]:
-        """The ends one poll reported, each as :meth:`file` would file it, except
-        that those filed terminal after an exit (the common case) share one
-        group commit (store/finalize.py's ``file_terminals``: every terminal
-        record durable before any prompt moves). Per end, in order: its record
-        after the end, or what stopped it (its job.json then as it was)."""
-        now = self.clock.now()
-        results: dict[int, JobRecord | Exception] = {}
-        batch: list[tuple[int, Path, JobRecord, Reason, str, dict[str, object]]] = []
-        for i, e in enumerate(ends):
-            try:
-                if e.how not in (How.EXITED, How.LOST):
-                    results[i] = self.file(e)
-                    continue
-                record, reason, detail = self._refined(e)
-                record = self._used(e.run_dir, record, e.status)
-                if self._retries(record, reason):
-                    results[i] = self._retry(e.run_dir, record, reason, detail, e.status)
-                else:
-                    fields = self._figures(record, e.status, now)
-                    batch.append((i, e.run_dir, record, reason, detail, fields))
-            except Exception as exc:  # this end's, reported by the caller
-                results[i] = exc
-        filed: list[JobRecord | Exception]
-        try:
-            filed = [*self._file_terminals([b[1:] for b in batch], now)]
-        except Exception as exc:  # a bug: every end of the batch waits for the next tick
-            filed = [exc] * len(batch)
-        for (i, *_), result in zip(batch, filed, strict=True):
-            results[i] = result
-        return [results[i] for i in range(len(ends))]
-
-    def _file_terminals(
-        self,
-        batch: Sequence[tuple[Path, JobRecord, Reason, str, dict[str, object]]],
-        now: datetime,
-    ) -> list[JobRecord | OSError]:
-        """:meth:`Intake.file_terminal` for several jobs at once: one group commit."""
-        layout = self.intake.layout
-        planned = []
-        for run_dir, record, reason, detail, fields in batch:
-            finished, duration = fields["finished_at"], fields["duration_seconds"]
-            code, sig = fields["exit_code"], fields["signal"]
-            assert isinstance(finished, datetime)
-            assert duration is None or isinstance(duration, float)
-            assert (code is None or isinstance(code, int)) and (sig is None or isinstance(sig, int))
-            fact = ending(
-                layout, record, reason, detail, finished, duration, ExitFigures(code, sig)
-            )
-            planned.append((run_dir, record, fact))
-        results = file_terminals(layout, planned, now)
-        for (_, record, reason, detail, _), result in zip(batch, results, strict=True):
-            if not isinstance(result, OSError):
-                log.log(
-                    logging.INFO if record.state is JobState.RUNNING else logging.WARNING,
-                    "job=%s state=%s->%s reason=%s detail=%s",
-                    record.id,
-                    record.state,
-                    result.state,
-                    reason,
-                    detail,
-                )
-        return results
+        finished = status.finished_at if status is not None else now
+        started = record.started_at
+        return Terminal(
+            run_dir,
+            record,
+            reason,
+            detail,
+            finished,
+            (finished - started).total_seconds() if started else None,
+            ExitFigures(status.exit_code, status.signal) if status else ExitFigures(None, None),
+        )
 
     def _used(self, run_dir: Path, record: JobRecord, status: ExitStatus | None) -> JobRecord:
         """Final figures from exit.json; else (lost) the last live ones."""
@@ -201,17 +176,6 @@ class Endings:
         return record.state is JobState.RUNNING and should_retry(
             reason, record.attempt, record.retries
         )
-
-    @staticmethod
-    def _figures(record: JobRecord, status: ExitStatus | None, now: datetime) -> dict[str, object]:
-        finished = status.finished_at if status is not None else now
-        started = record.started_at
-        return {
-            "exit_code": status.exit_code if status else None,
-            "signal": status.signal if status else None,
-            "finished_at": finished,
-            "duration_seconds": (finished - started).total_seconds() if started else None,
-        }
 
     def _retry(
         self,

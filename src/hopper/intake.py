@@ -8,7 +8,8 @@ file goes to processed/ like any other.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from hopper.core.states import JobState, Reason
 from hopper.store import ledger, saferead
 from hopper.store.admission import write_admission
 from hopper.store.claim import Claimed, claim, read_claim
-from hopper.store.finalize import file_terminal
+from hopper.store.finalize import ending, file_terminals
 from hopper.store.jobfile import PROMPT_FILE
 from hopper.store.layout import Layout
 
@@ -52,6 +53,19 @@ _PROMPT_HINT = (
     "hopper never follows links or reads special files; "
     "copy the prompt into the inbox as a plain file"
 )
+
+
+@dataclass(frozen=True)
+class Terminal:
+    """One job to file terminal: why, and the figures its caller knows."""
+
+    run_dir: Path
+    record: JobRecord  # as last known: queued or running
+    reason: Reason
+    detail: str
+    finished_at: datetime
+    duration_seconds: float | None = None
+    exit: ExitFigures | None = None  # None: keep the exit code and signal the record has
 
 
 class Intake:
@@ -139,52 +153,53 @@ class Intake:
         return record
 
     def reject(self, run_dir: Path, record: JobRecord, reason: Reason, detail: str) -> JobRecord:
-        """End a job that cannot run: terminal record, prompt filed under processed/."""
+        """End a job that cannot run at claim: terminal record, prompt filed under processed/."""
         now = self.clock.now()
+        (result,) = self.file_terminals([self.rejection(run_dir, record, reason, detail, now)], now)
+        if isinstance(result, OSError):
+            raise result
+        return result
+
+    def rejection(
+        self, run_dir: Path, record: JobRecord, reason: Reason, detail: str, now: datetime
+    ) -> Terminal:
+        """A job that never ran, to file terminal: its ``rejected`` event first."""
         ledger.note(run_dir, "rejected", now, reason=reason, detail=detail)
-        return self.file_terminal(run_dir, record, reason, detail, now, {"finished_at": now})
+        return Terminal(run_dir, record, reason, detail, now)
 
-    def file_terminal(
-        self,
-        run_dir: Path,
-        record: JobRecord,
-        reason: Reason,
-        detail: str,
-        now: datetime,
-        fields: Mapping[str, object],
-    ) -> JobRecord:
-        """End a job through store/finalize.py's terminal path and log it (hooks: Runner.ended).
-
-        ``fields`` adds what the caller knows: ``finished_at``,
-        ``duration_seconds`` and, together, ``exit_code`` and ``signal``.
-        """
-        finished = fields.get("finished_at", now)
-        duration = fields.get("duration_seconds")
-        assert isinstance(finished, datetime)
-        assert duration is None or isinstance(duration, float)
-        figures = None
-        if "exit_code" in fields or "signal" in fields:
-            code, sig = fields.get("exit_code"), fields.get("signal")
-            assert (code is None or isinstance(code, int)) and (sig is None or isinstance(sig, int))
-            figures = ExitFigures(code, sig)
-        final = file_terminal(
-            self.layout,
-            run_dir,
-            record,
-            reason,
-            detail,
-            now,
-            finished_at=finished,
-            duration_seconds=duration,
-            exit=figures,
-        )
-        log.log(
-            logging.INFO if record.state is JobState.RUNNING else logging.WARNING,
-            "job=%s state=%s->%s reason=%s detail=%s",
-            record.id,
-            record.state,
-            final.state,
-            reason,
-            detail,
-        )
-        return final
+    def file_terminals(self, ends: Sequence[Terminal], now: datetime) -> list[JobRecord | OSError]:
+        """End jobs through store/finalize.py's terminal path, their records in one
+        group commit, and log each (hooks: Runner.ended). A single end is a batch of
+        one. Per job, in order: its record as filed, or the OSError that stopped it
+        (its job.json then as it was, or terminal with its prompt unmoved)."""
+        if not ends:
+            return []
+        planned = [
+            (
+                t.run_dir,
+                t.record,
+                ending(
+                    self.layout,
+                    t.record,
+                    t.reason,
+                    t.detail,
+                    t.finished_at,
+                    t.duration_seconds,
+                    t.exit,
+                ),
+            )
+            for t in ends
+        ]
+        results = file_terminals(self.layout, planned, now)
+        for t, result in zip(ends, results, strict=True):
+            if not isinstance(result, OSError):
+                log.log(
+                    logging.INFO if t.record.state is JobState.RUNNING else logging.WARNING,
+                    "job=%s state=%s->%s reason=%s detail=%s",
+                    t.record.id,
+                    t.record.state,
+                    result.state,
+                    t.reason,
+                    t.detail,
+                )
+        return results
