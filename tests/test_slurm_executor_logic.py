@@ -132,10 +132,17 @@ def test_a_stray_job_slurm_finished_is_not_cancelled(
 ) -> None:
     """Every finished state counts (OUT_OF_MEMORY, NODE_FAIL … not only the usual four)."""
     cancelled: list[str] = []
-    monkeypatch.setattr(slurm_runner, "cancel", lambda sid: cancelled.append(sid) or True)
-    ctx = SimpleNamespace(layout=Layout(tmp_path), clock=SystemClock())
+    monkeypatch.setattr(slurm_runner, "cancel", lambda sid, *_: cancelled.append(sid) or True)
+    ctx = SimpleNamespace(
+        layout=Layout(tmp_path),
+        clock=SystemClock(),
+        config=Config(),
+        wake=lambda: None,
+        keepalive=lambda: None,
+    )
     jobs = SlurmExecutor(ctx)  # type: ignore[arg-type]
     listing = _Listing([SlurmJob("7", state, name="job-1"), SlurmJob("8", "RUNNING", "job-1")])
     (tmp_path / "runs" / "job-1").mkdir(parents=True)
     assert jobs.cancel_unrecorded("job-1", listing)
     assert cancelled == ["8"]
+    jobs.close()

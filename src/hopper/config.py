@@ -154,6 +154,12 @@ class SlurmConfig(BaseModel):
     poll_interval: Seconds = Field(
         2.0, gt=0, description="how often squeue is asked about running Slurm jobs (one call)"
     )
+    command_timeout: Seconds = Field(
+        60.0,
+        gt=0,
+        description="the deadline of one sbatch / squeue / scancel / scontrol call, run off "
+        "the watcher's loop; a call past it is killed",
+    )
 
     def sbatch_extra(self) -> list[str]:
         """The operator's sbatch options: the partition, then ``args``."""
@@ -176,6 +182,12 @@ class ContainerConfig(BaseModel):
         description="extra arguments for `run`, one argv element each, before the image",
     )
     image: str | None = Field(None, description="default image (front matter `image` wins)")
+    command_timeout: Seconds = Field(
+        60.0,
+        gt=0,
+        description="the deadline of one engine call (image check, inspect, rm), run off the "
+        "watcher's loop; a call past it is killed and costs only its job",
+    )
 
 
 class Route(BaseModel):

@@ -22,13 +22,13 @@ from pathlib import Path
 from hopper import prepare
 from hopper.config import Config
 from hopper.core import lifecycle
-from hopper.core.lifecycle import StartFailed, Step
+from hopper.core.lifecycle import StartFailed
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import JobRecord
 from hopper.core.retry import StartCause, start_retry
 from hopper.core.states import Reason
 from hopper.executors.local import LocalExecutor, LocalStart
-from hopper.executors.protocol import Deferred, Ended, Executor, How, Launch, Starting
+from hopper.executors.protocol import Deferred, Ended, Executor, How, Launch, Report, Starting
 from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
 from hopper.proc.forkclient import Lost
@@ -286,17 +286,25 @@ class PendingStarts:
         mono = time.monotonic()  # real time: the executor's deadline is for real processes
         ready += [s for s in self._starting.values() if s.deadline <= mono and s not in ready]
         entries: list[tuple[Starting, ledger.Entry]] = []
+        done: list[str] = []
         for start in ready:
             del self._starting[start.record.id]
             report = self._report(start)
+            if isinstance(report, Starting):
+                self._starting[start.record.id] = report  # its next stage: settled later
+                continue
+            done.append(start.record.id)
             if isinstance(report, Ended):
                 self.guard.step(f"reject:{start.record.id}", self._never_ran(report))
+            elif isinstance(report, Deferred):
+                self.scale.release(report.record)
+                self.guard.step(f"defer:{start.record.id}", self._back(report.record))
             elif report is not None:
                 entries.append((start, ledger.Entry(start.run_dir, report)))
         try:
             self._commit_starts(entries)
         finally:
-            self.scale.starting.difference_update(s.record.id for s in ready)
+            self.scale.starting.difference_update(done)
 
     def _commit_starts(self, entries: list[tuple[Starting, ledger.Entry]]) -> None:
         if not entries:
@@ -311,13 +319,19 @@ class PendingStarts:
                 start.abandon()
                 self._start_failed(start.record, error)
 
+    def _back(self, record: JobRecord) -> Callable[[], None]:
+        def handle() -> None:
+            self.handed_back(record)
+
+        return handle
+
     def _never_ran(self, end: Ended) -> Callable[[], None]:
         def handle() -> None:
             self.never_ran(end)
 
         return handle
 
-    def _report(self, start: Starting) -> Step | Ended | None:
+    def _report(self, start: Starting) -> Report | None:
         """A start's report; None if collecting it raised (the job is then rejected)."""
         try:
             return start.report()
@@ -331,6 +345,8 @@ class PendingStarts:
         a start ahead is withdrawn (its job stays queued)."""
         if self._ahead is not None:
             self.drop_ahead(self._ahead.record.id)
+        for start in self._starting.values():
+            start.hurry()  # one waiting on an engine goes back to the queue
         while self._starting:
             self.settle(timeout=0.05)
 

@@ -88,6 +88,7 @@ class Watcher:
         self.limits = config.slot_limits()
         self.scale = ScaleOut(layout, config, self.ident, self.clock, self.limits)
         self.hooks = HookRunner(self.clock)
+        self.waker = Waker()
         if executors is None:
             ctx = Context(
                 layout,
@@ -98,6 +99,8 @@ class Watcher:
                 self.guard,
                 holder_for(self.ident.owner),
                 agents,
+                wake=self.waker.wake,  # an engine command answered off the loop
+                keepalive=self._keepalive,  # recovery waiting on an engine
             )
             executors = registry.build(ctx)
         endings = Endings(config, self.intake, self.clock, self.hooks, agents)
@@ -108,7 +111,6 @@ class Watcher:
         self._last_beat = self.clock.monotonic()
         self._filed = FiledRuns()  # finished runs a reconcile pass need not read again
         self.queued = QueuedJobs()  # by id, with the start order kept (core/queued.py)
-        self.waker = Waker()
         self.events = InboxEvents(self.waker.wake)
         self.claims = Claims(
             layout,

@@ -14,21 +14,29 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from hopper.core import mounts
 from hopper.core.mounts import MountMap
 from hopper.core.record import ContainerJob
+from hopper.executors.calls import Answer, run_command
 
 log = logging.getLogger(__name__)
 
 SHIM = Path(__file__).with_name("container_run.py")
 STOP_MARGIN = 5.0  # seconds the supervisor waits beyond the engine's own stop grace
-ENGINE_TIMEOUT = 60.0  # seconds for one inspect / rm call
+ENGINE_TIMEOUT = 60.0  # seconds for one inspect / rm call ([container] command_timeout)
+# How a call is run: on the caller's thread, or on an executor's lane (calls.py).
+Run = Callable[[Sequence[str], float], Answer]
+
+
+def _direct(argv: Sequence[str], timeout: float) -> Answer:
+    return run_command(argv, timeout)
+
+
 UNANSWERED = ("cannot connect", "connection refused", "is the docker daemon running")
 
 
@@ -111,34 +119,31 @@ def shim_argv(engine: Sequence[str], name: str, grace: float, run: Sequence[str]
     return [sys.executable, "-I", "-S", str(SHIM), settings, *run]
 
 
-def _call(
-    argv: Sequence[str], env: Mapping[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=ENGINE_TIMEOUT,
-        check=False,
-        env=dict(env) if env is not None else None,
-    )
-
-
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "no message"
 
 
-def check_image(engine: Sequence[str], image: str) -> str:
-    """The image's id; raises ContainerUnavailable unless the engine answers and has it."""
-    try:
-        done = _call([*engine, "image", "inspect", "--format", "{{.Id}}", image])
-    except (OSError, subprocess.TimeoutExpired) as exc:
+def check_image(
+    engine: Sequence[str], image: str, run: Run = _direct, timeout: float = ENGINE_TIMEOUT
+) -> str:
+    """The image's id; raises ContainerUnavailable unless the engine answers and has it.
+
+    ``run`` runs the call (an executor's lane: off the watcher's loop); a call
+    past ``timeout`` seconds is killed and the reason says so.
+    """
+    done = run([*engine, "image", "inspect", "--format", "{{.Id}}", image], timeout)
+    if done.timed_out:
         raise ContainerUnavailable(
-            f"the container engine {engine[0]} cannot be asked about image {image!r}: {exc}; "
-            "check that it runs (podman info / docker info)"
-        ) from None
+            f"the container engine {engine[0]} did not answer `image inspect {image}` within "
+            f"{timeout:g}s ([container] command_timeout); it was killed. Check that it runs "
+            "(podman info / docker info), then retry the job (hopper retry <id>)"
+        )
+    if done.returncode is None:
+        raise ContainerUnavailable(
+            f"the container engine {engine[0]} cannot be asked about image {image!r}: "
+            f"{done.error}; check that it runs (podman info / docker info)"
+        )
     if done.returncode == 0:
         return done.stdout.strip() or image
     said = _last_line(done.stderr)
@@ -155,12 +160,13 @@ def check_image(engine: Sequence[str], image: str) -> str:
     )
 
 
-def remove(engine: Sequence[str], name: str) -> bool:
+def remove(
+    engine: Sequence[str], name: str, run: Run = _direct, timeout: float = ENGINE_TIMEOUT
+) -> bool:
     """``<engine> rm -f NAME``: True if removed or already gone (never raises)."""
-    try:
-        done = _call([*engine, "rm", "-f", name])
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        log.warning("container=%s cannot be removed: %s", name, exc)
+    done = run([*engine, "rm", "-f", name], timeout)
+    if done.returncode is None:
+        log.warning("container=%s cannot be removed: %s", name, done.why())
         return False
     said = done.stderr.lower()
     if done.returncode == 0 or "no such container" in said or "no container with" in said:
@@ -178,14 +184,13 @@ class EngineState:
     oom_killed: bool = False  # the engine's OOM killer ended it (past --memory)
 
 
-def inspect(engine: Sequence[str], name: str) -> EngineState | None:
-    """The container's state, or None if the engine knows no container of that name."""
-    try:
-        done = _call(
-            [*engine, "inspect", "--type", "container", "--format", "{{json .State}}", name]
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+def inspect(
+    engine: Sequence[str], name: str, run: Run = _direct, timeout: float = ENGINE_TIMEOUT
+) -> EngineState | None:
+    """The container's state, or None if the engine knows no container of that name
+    (or did not answer within ``timeout`` seconds)."""
+    argv = [*engine, "inspect", "--type", "container", "--format", "{{json .State}}", name]
+    done = run(argv, timeout)
     if done.returncode != 0:
         return None
     try:

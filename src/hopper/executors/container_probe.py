@@ -11,18 +11,31 @@ its answer is kept per image id, so a rebuilt image is asked again.
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from hopper.executors.calls import Answer, run_command
 
 PROBE_TIMEOUT = 60.0  # seconds for the one probe run
 NOT_FOUND = ("executable file not found", "no such file or directory", "not found")
 
 
+def _direct(argv: Sequence[str], timeout: float) -> Answer:
+    return run_command(argv, timeout)
+
+
 def has_program(
-    engine: Sequence[str], image: str, program: str, run_args: Sequence[str] = ()
+    engine: Sequence[str],
+    image: str,
+    program: str,
+    run_args: Sequence[str] = (),
+    run: Callable[[Sequence[str], float], Answer] = _direct,
+    timeout: float = PROBE_TIMEOUT,
 ) -> bool | None:
     """True if ``program`` runs in ``image``, False if the engine says it is not there,
-    None if the engine could not tell (the job then runs and reports its own error)."""
+    None if the engine could not tell (the job then runs and reports its own error).
+
+    ``run`` runs the probe (the container executor's lane: off the watcher's loop),
+    killed past ``timeout`` seconds (then: None)."""
     argv = [
         *engine,
         "run",
@@ -37,17 +50,9 @@ def has_program(
         "-c",
         ":",
     ]
-    try:
-        done = subprocess.run(
-            argv,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=PROBE_TIMEOUT,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    done = run(argv, timeout)
+    if done.returncode is None:
+        return None  # it could not run, or did not answer in time
     if done.returncode == 0:
         return True
     said = done.stderr.lower()

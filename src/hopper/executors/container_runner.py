@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -31,6 +32,7 @@ from hopper.core.outcome import Outcome
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.sizes import format_size
 from hopper.core.states import Reason
+from hopper.executors.calls import Call, Lane
 from hopper.executors.container import (
     STOP_MARGIN,
     ContainerUnavailable,
@@ -44,7 +46,17 @@ from hopper.executors.container import (
 )
 from hopper.executors.container_probe import has_program, missing_program
 from hopper.executors.local import Command, LocalExecutor
-from hopper.executors.protocol import Context, Ended, How, Launch
+from hopper.executors.protocol import (
+    Context,
+    Deferred,
+    Ended,
+    How,
+    Launch,
+    Report,
+    Start,
+    Starting,
+)
+from hopper.running import Running
 from hopper.store import ledger
 from hopper.store.atomic import write_atomic
 
@@ -52,6 +64,55 @@ log = logging.getLogger(__name__)
 
 HOST_ONLY_ENV = frozenset({"HOPPER_ROOT"})  # the root is not mounted into the container
 DRIVER_GRACE = 5.0  # the driver's own grace between its stop signals (agents/driven.py)
+CHECK_MARGIN = 5.0  # seconds past the image check's deadline before its start gives up
+
+
+class ImageCheck(Starting):
+    """A container start whose image check runs on the executor's lane, off the loop.
+
+    Until the engine answers, the job waits here (holding its slot, blocking
+    nothing else); then it is started like a local job (its supervisor, the
+    next stage), or fails ``spawn_failed`` with the engine's answer, or with
+    which call hung and for how long.
+    """
+
+    def __init__(
+        self, executor: ContainerExecutor, launch: Launch, call: Call[None], deadline: float
+    ) -> None:
+        super().__init__(launch.record, launch.run_dir, deadline)
+        self.executor, self.launch, self.call = executor, launch, call
+        self.stopping = False
+
+    def fileno(self) -> int:
+        return self.call.fileno()
+
+    def report(self) -> Report:
+        record, run_dir = self.record, self.run_dir
+        if not self.call.done():
+            self.call.close()
+            if self.stopping:  # the watcher is going away: the job stays queued
+                return Deferred(record)
+            timeout = self.executor.ctx.config.container.command_timeout
+            why = f"the image check did not finish within {timeout:g}s (its engine call hung)"
+            return Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, why)
+        try:
+            self.call.result()
+        except ContainerUnavailable as exc:
+            return Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, exc.detail)
+        finally:
+            self.call.close()
+        started = LocalExecutor.start(self.executor, self.launch)  # its supervisor, next
+        assert not isinstance(started, Running), "a supervised start reports later"
+        return started
+
+    def release(self, record: JobRecord) -> Running:
+        raise AssertionError("an image check reports its next stage, never a running step")
+
+    def abandon(self) -> None:
+        self.call.close()  # the call itself ends at its deadline, or when the lane closes
+
+    def hurry(self) -> None:
+        self.stopping, self.deadline = True, 0.0
 
 
 class ContainerExecutor(LocalExecutor):
@@ -63,9 +124,35 @@ class ContainerExecutor(LocalExecutor):
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         self.has_bash: dict[str, bool] = {}  # image id -> whether bash runs in it (asked once)
+        self.lane = Lane("container", wake=ctx.wake)  # engine calls, off the loop
+
+    def close(self) -> None:
+        self.lane.close()  # a hung engine call is killed, not waited for
+        super().close()
 
     def engine(self) -> list[str]:
         return resolve_engine(self.ctx.config.container.engine)
+
+    def start(self, launch: Launch) -> Start:
+        """The image check on the lane first; the job's supervisor once it passed."""
+        record, run_dir = launch.record, launch.run_dir
+        job = record.container
+        assert job is not None, "a container job is admitted with its container"
+        try:
+            engine = self.engine()
+        except ContainerUnavailable as exc:
+            return Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, exc.detail)
+        timeout = self.ctx.config.container.command_timeout
+        lane, bash = self.lane, launch.prep.argv[:1] == ["bash"]
+
+        def check() -> None:  # on the lane
+            image_id = check_image(engine, job.image, lane.run, timeout)
+            if bash:
+                self.need_bash(engine, job.image, image_id)
+
+        # Collected by its deadline, ready or not: the call is killed well before.
+        deadline = time.monotonic() + timeout + CHECK_MARGIN
+        return ImageCheck(self, launch, lane.submit(check), deadline)
 
     def command(self, launch: Launch) -> Command | Ended:
         record, run_dir = launch.record, launch.run_dir
@@ -113,10 +200,7 @@ class ContainerExecutor(LocalExecutor):
         job = record.container
         assert job is not None, "a container job is admitted with its container"
         cfg = self.ctx.config
-        engine = self.engine()
-        image_id = check_image(engine, job.image)
-        if prep.argv[:1] == ["bash"]:
-            self.need_bash(engine, job.image, image_id)
+        engine = self.engine()  # the image was checked before (start), off the loop
         mmap = mount_map(job, workdir, run_dir)
         inside = {k: mmap.translate(v) for k, v in job_vars.items() if k not in HOST_ONLY_ENV}
         names = sorted(inside)
@@ -154,9 +238,14 @@ class ContainerExecutor(LocalExecutor):
         return shim_argv(engine, job.name, cfg.kill_grace, run), env, cfg.kill_grace + STOP_MARGIN
 
     def need_bash(self, engine: list[str], image: str, image_id: str) -> None:
-        """A bash job's image must have bash; raises ContainerUnavailable saying so if not."""
+        """A bash job's image must have bash; raises ContainerUnavailable saying so if not.
+
+        Runs on the lane (the probe is a container run); the answer is kept per image id.
+        """
         if image_id not in self.has_bash:
-            found = has_program(engine, image, "bash", self.ctx.config.container.run_args)
+            cfg = self.ctx.config.container
+            run, timeout = self.lane.run, cfg.command_timeout
+            found = has_program(engine, image, "bash", cfg.run_args, run, timeout)
             if found is None:
                 return  # the engine could not tell: the job runs and says what went wrong
             self.has_bash[image_id] = found

@@ -101,8 +101,10 @@ class Starting(ABC):
         """Readable once :meth:`report` will not wait long."""
 
     @abstractmethod
-    def report(self) -> Step | Ended:
-        """The job's ``running`` step to commit, or how the start failed."""
+    def report(self) -> Report:
+        """The job's ``running`` step to commit, or how the start failed; or its next
+        stage, a :class:`Starting` itself (the container image check, then its
+        supervisor); or :class:`Deferred`: back to the queue, nothing started."""
 
     @abstractmethod
     def release(self, record: JobRecord) -> Running:
@@ -113,8 +115,14 @@ class Starting(ABC):
         """Never released (its record could not be committed, or the watcher is
         going away): the gated job is ended without running."""
 
+    def hurry(self) -> None:
+        """The watcher is stopping: be ready to report soon (a start that waits on an
+        engine goes back to the queue instead of waiting out its deadline)."""
+        return None
+
 
 Start = Running | Deferred | Ended | Starting  # started, wait, never ran, or on its way
+Report = Step | Ended | Starting | Deferred  # what a Starting reports (see its report())
 
 
 @dataclass(frozen=True)
@@ -153,6 +161,10 @@ class Context:
     agents: Mapping[str, Agent]  # by name (whether a driver runs a job's agent)
     # Forks the supervisors of every executor that runs them here (local, container).
     fork_server: ForkServer = field(default_factory=ForkServer)
+    # Wakes the loop's sleep (thread-safe): an engine command off the loop answered.
+    wake: Callable[[], None] = field(default=lambda: None)
+    # Heartbeat and WATCHDOG=1 when due: called while recovery waits on an engine.
+    keepalive: Callable[[], None] = field(default=lambda: None)
 
 
 class Executor(Protocol):

@@ -28,8 +28,7 @@ import math
 import re
 import shlex
 import signal as signals
-import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from hopper.core.slurm_parse import (
@@ -43,11 +42,19 @@ from hopper.core.slurm_parse import (
     states_for,
 )
 from hopper.core.slurm_resources import resource_args
+from hopper.executors.calls import Answer, run_command
 from hopper.store.atomic import write_atomic
 
 BATCH_SCRIPT = "slurm.sh"  # the wrapper, in the run directory
 ACTIVE_HELD_REASON = "JobHeldUser"  # squeue's reason for a job submitted with --hold
 COMMAND_TIMEOUT = 60.0  # seconds for one client call (Slurm's MessageTimeout is 10 s)
+# How a call is run: here, or on the executor's lane, off the watcher's loop (calls.py).
+Run = Callable[[Sequence[str], float, Mapping[str, str] | None], Answer]
+
+
+def direct(argv: Sequence[str], timeout: float, env: Mapping[str, str] | None) -> Answer:
+    """Run a call on the caller's thread (the CLI, tests); still killed at ``timeout``."""
+    return run_command(argv, timeout, env)
 
 
 class SlurmError(RuntimeError):
@@ -127,26 +134,16 @@ def sbatch_argv(
 NO_WORKDIR_EXIT = 97
 
 
-def _run(
-    argv: Sequence[str], env: Mapping[str, str] | None, timeout: float
-) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            list(argv),
-            env=None if env is None else dict(env),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except FileNotFoundError as err:
-        raise SlurmUnavailable(f"{argv[0]} is not installed: {err}") from None
-    except subprocess.TimeoutExpired:
-        raise SlurmUnavailable(f"{argv[0]} did not answer within {timeout:g}s") from None
+def _run(argv: Sequence[str], env: Mapping[str, str] | None, timeout: float, run: Run) -> Answer:
+    done = run(argv, timeout, env)
+    if done.timed_out:
+        raise SlurmUnavailable(done.why())
+    if done.returncode is None:
+        raise SlurmUnavailable(f"{argv[0]} is not installed or cannot run: {done.error}")
+    return done
 
 
-def _failure(argv: Sequence[str], done: subprocess.CompletedProcess[str]) -> SlurmError:
+def _failure(argv: Sequence[str], done: Answer) -> SlurmError:
     text = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
     cls = SlurmUnavailable if _unreachable(text) else SlurmError
     return cls(f"{argv[0]} failed: {text}")
@@ -167,10 +164,14 @@ def _unreachable(text: str) -> bool:
 
 
 def submit(
-    argv: Sequence[str], env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT
+    argv: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    timeout: float = COMMAND_TIMEOUT,
+    run: Run = direct,
 ) -> str:
-    """Run sbatch; return the Slurm job id. Raises SlurmError (sbatch said no)."""
-    done = _run(argv, env, timeout)
+    """Run sbatch; return the Slurm job id. Raises SlurmError (sbatch said no), or
+    SlurmUnavailable (it could not be asked, or did not answer in ``timeout`` s)."""
+    done = _run(argv, env, timeout, run)
     if done.returncode != 0:
         raise _failure(argv, done)
     try:
@@ -180,7 +181,10 @@ def submit(
 
 
 def query(
-    slurm_ids: Iterable[str], env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT
+    slurm_ids: Iterable[str],
+    env: Mapping[str, str] | None = None,
+    timeout: float = COMMAND_TIMEOUT,
+    run: Run = direct,
 ) -> dict[str, SlurmState]:
     """Ask the controller about these jobs in one call; an id it does not list is not found.
 
@@ -191,13 +195,13 @@ def query(
     ids = list(dict.fromkeys(slurm_ids))
     if not ids:
         return {}
-    return states_for(ids, _all_jobs(env, timeout))
+    return states_for(ids, _all_jobs(env, timeout, run))
 
 
-def _all_jobs(env: Mapping[str, str] | None, timeout: float) -> list[SlurmJob]:
+def _all_jobs(env: Mapping[str, str] | None, timeout: float, run: Run) -> list[SlurmJob]:
     """Every job the controller lists: ``squeue --json``, else ``scontrol show job -o``."""
     argv = ["squeue", "--json"]
-    done = _run(argv, env, timeout)
+    done = _run(argv, env, timeout, run)
     if done.returncode == 0:
         try:
             return parse_squeue_json(done.stdout)
@@ -212,7 +216,7 @@ def _all_jobs(env: Mapping[str, str] | None, timeout: float) -> list[SlurmJob]:
         raise failure
     # an squeue without --json (older, or built without the JSON plugin)
     argv = ["scontrol", "show", "job", "-o"]
-    done = _run(argv, env, timeout)
+    done = _run(argv, env, timeout, run)
     if done.returncode != 0:
         raise _failure(argv, done)
     try:
@@ -228,11 +232,14 @@ def _checked_id(slurm_id: str) -> str:
 
 
 def release(
-    slurm_id: str, env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT
+    slurm_id: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = COMMAND_TIMEOUT,
+    run: Run = direct,
 ) -> None:
     """``scontrol release``: let a job submitted with ``hold=True`` start."""
     argv = ["scontrol", "release", _checked_id(slurm_id)]
-    done = _run(argv, env, timeout)
+    done = _run(argv, env, timeout, run)
     if done.returncode != 0:
         raise _failure(argv, done)
 
@@ -245,6 +252,7 @@ def cancel(
     signal: int | None = None,
     env: Mapping[str, str] | None = None,
     timeout: float = COMMAND_TIMEOUT,
+    run: Run = direct,
 ) -> bool:
     """``scancel`` a job; with ``signal``, send only that signal to all its processes.
 
@@ -256,7 +264,7 @@ def cancel(
         # --full: the batch shell too (by default only its steps get the signal)
         argv += [f"--signal={signals.Signals(signal).name.removeprefix('SIG')}", "--full"]
     argv.append(_checked_id(slurm_id))
-    done = _run(argv, env, timeout)
+    done = _run(argv, env, timeout, run)
     text = (done.stderr + done.stdout).lower()
     if any(phrase in text for phrase in _GONE):
         return False
@@ -335,7 +343,7 @@ def write_job_wrapper(run_dir: Path, argv: Sequence[str], workdir: Path) -> Path
 
 
 def list_jobs(
-    env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT
+    env: Mapping[str, str] | None = None, timeout: float = COMMAND_TIMEOUT, run: Run = direct
 ) -> list[SlurmJob]:
     """Every job the controller lists (one call), e.g. for recovery's look at many ids."""
-    return _all_jobs(env, timeout)
+    return _all_jobs(env, timeout, run)

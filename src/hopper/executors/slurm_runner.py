@@ -26,30 +26,29 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 from hopper.config import SlurmConfig
 from hopper.core import lifecycle
-from hopper.core.lifecycle import Started
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import RunSnapshot
 from hopper.core.slurm_parse import TERMINAL, SlurmExitFile, SlurmOutcome, SlurmState, settle
 from hopper.core.states import JobState, Reason
+from hopper.executors.calls import Call, Lane, wait_alive
 from hopper.executors.protocol import Context, Deferred, Ended, How, Launch, Polled, Start, Tick
 from hopper.executors.slurm import (
     ACTIVE_HELD_REASON,
     EXIT_STATUS_FILE,
     SlurmError,
-    SlurmUnavailable,
     cancel,
     query,
     release,
     sbatch_argv,
-    submit,
     write_job_wrapper,
 )
+from hopper.executors.slurm_start import SlurmStart, submit_work
 from hopper.executors.slurm_view import StateView, read_exit_file
-from hopper.faults import crash_point
 from hopper.running import Running, adopt
 from hopper.store import ledger
 from hopper.store.jobfile import LOG_FILE
@@ -74,7 +73,10 @@ class Track:
 
     running_since: float | None = None  # monotonic, when first seen RUNNING
     last_state: str = ""
-    cancel_pending: bool = False
+    cancel_pending: bool = False  # asked to stop; Slurm has not accepted a scancel yet
+    cancelling: Call[bool] | None = None  # scancel on its way (the lane)
+    releasing: Call[None] | None = None  # scontrol release on its way
+    note_release: bool = False  # record a "released" event when it answers
 
 
 class SlurmExecutor:
@@ -86,27 +88,33 @@ class SlurmExecutor:
         self._next_query = 0.0
         self._last_query = 0.0
         self._next_warning = 0.0
-        self._uncertain: set[str] = set()  # ids whose sbatch did not answer
-        self.view = StateView()  # recovery's listing, fresh for each reconcile pass
+        self.uncertain: set[str] = set()  # ids whose sbatch did not answer
+        self.lane = Lane("slurm", wake=ctx.wake)  # every Slurm call, off the loop
+        self._query: Call[dict[str, SlurmState]] | None = None  # squeue on its way
+        self._loose: list[Call[bool]] = []  # scancels nobody waits for (abandoned starts)
+        self.view = self._view()  # recovery's listing, fresh for each reconcile pass
 
     @property
     def config(self) -> SlurmConfig:
         return self.ctx.config.slurm
 
+    def _view(self) -> StateView:
+        return StateView(lane=self.lane, keepalive=self.ctx.keepalive, timeout=self._timeout)
+
+    @property
+    def _timeout(self) -> float:
+        return self.config.command_timeout
+
     def open(self) -> None:
         return None
 
     def close(self) -> None:
-        return None
+        self.lane.close()  # a hung sbatch / squeue is killed, not waited for
 
     # -- start ----------------------------------------------------------------------
     def start(self, launch: Launch) -> Start:
+        """The wrapper written here; sbatch on the lane (slurm_start.py): the loop goes on."""
         record, run_dir, prep, workdir = launch.record, launch.run_dir, launch.prep, launch.workdir
-        if record.id in self._uncertain:
-            # an earlier sbatch may have gone through: cancel it before submitting again
-            if not self.cancel_unrecorded(record.id, StateView()):
-                return self._later(record, run_dir, "Slurm did not answer")
-            self._uncertain.discard(record.id)
         try:
             wrapper = write_job_wrapper(run_dir, prep.argv, workdir)
             argv = sbatch_argv(
@@ -122,37 +130,11 @@ class SlurmExecutor:
         except ValueError as exc:
             why = f"cannot submit to Slurm: {exc}"
             return Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, why)
-        try:
-            slurm_id = submit(argv, launch.env)
-        except SlurmUnavailable as exc:
-            self._uncertain.add(record.id)
-            return self._later(record, run_dir, str(exc))
-        except SlurmError as exc:
-            why = f"Slurm refused the job: {exc}"
-            return Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, why)
-        crash_point("slurm.after_submit")
-        clock = self.ctx.clock
-        fact = Started(
-            at=clock.now(),
-            owner=self.ctx.owner,
-            workdir=str(workdir),
-            argv0=prep.argv[0],
-            slurm_job_id=slurm_id,
-        )
-        running = ledger.commit(
-            run_dir, lifecycle.started(record, fact), crash="slurm.after_record"
-        )
-        try:
-            release(slurm_id)
-        except SlurmError as exc:  # the poll releases it when it sees it still held
-            log.warning("job=%s slurm=%s release failed: %s (will retry)", record.id, slurm_id, exc)
-        self.tracks[record.id] = Track()
-        log.info("job=%s state=queued->running slurm_job_id=%s", record.id, slurm_id)
-        return Running(
-            running, run_dir, None, clock.monotonic() + self.ctx.config.heartbeat_interval
-        )
+        uncertain = record.id in self.uncertain
+        work = submit_work(record.id, argv, launch.env, uncertain, self.lane, self._timeout)
+        return SlurmStart(self, launch, self.lane.submit(work), self._timeout)
 
-    def _later(self, record: JobRecord, run_dir: Path, why: str) -> Deferred:
+    def later(self, record: JobRecord, run_dir: Path, why: str) -> Deferred:
         """Slurm did not answer: stay queued and try again shortly."""
         now = self.ctx.clock.now()
         fact = lifecycle.Deferred(
@@ -165,6 +147,21 @@ class SlurmExecutor:
         log.warning("job=%s cannot submit to Slurm: %s (retrying)", record.id, why)
         return Deferred(queued)
 
+    def release_later(self, record: JobRecord, slurm_id: str, *, note: bool) -> None:
+        """``scontrol release`` on the lane; its answer is taken at the job's next tick."""
+        track = self.tracks.setdefault(record.id, Track())
+        if track.releasing is not None:
+            return
+        lane, timeout = self.lane, self._timeout
+        track.releasing = lane.submit(lambda: release(slurm_id, None, timeout, lane.run))
+        track.note_release = note
+
+    def cancel_later(self, slurm_id: str) -> None:
+        """scancel on the lane, for a job nobody tracks (a start never recorded)."""
+        lane, timeout = self.lane, self._timeout
+        self._loose = [c for c in self._loose if not c.done()]
+        self._loose.append(lane.submit(lambda: cancel(slurm_id, None, None, timeout, lane.run)))
+
     def cancel_unrecorded(self, job_id: str, view: StateView) -> bool:
         """Cancel live Slurm jobs named after ``job_id`` that job.json never recorded.
 
@@ -176,8 +173,9 @@ class SlurmExecutor:
         for job in named:
             if job.state in TERMINAL:  # finished: nothing to cancel
                 continue
-            try:
-                cancel(job.slurm_id)
+            work = partial(cancel, job.slurm_id, None, None, self._timeout, self.lane.run)
+            try:  # recovery waits for it, with keep-alives (heartbeat, WATCHDOG=1)
+                wait_alive(self.lane.submit(work), self.ctx.keepalive)
             except SlurmError as exc:
                 log.warning("job=%s cannot cancel Slurm job %s: %s", job_id, job.slurm_id, exc)
                 return False
@@ -193,19 +191,45 @@ class SlurmExecutor:
 
     # -- monitor --------------------------------------------------------------------
     def cancel(self, job: Running, reason: Reason) -> None:
-        """scancel the job (its record says why); retried each tick on failure.
+        """scancel the job (its record says why), on the lane; its answer is taken at
+        the job's next tick, and a failed one tried again.
 
         Slurm escalates to SIGKILL after KillWait.
         """
         track = self.tracks.setdefault(job.record.id, Track())
         sid = job.record.slurm_job_id
         assert sid is not None
-        try:
-            cancel(sid)
-            track.cancel_pending = False
-        except (SlurmError, ValueError) as exc:
-            track.cancel_pending = True
-            log.warning("job=%s scancel %s failed: %s (will retry)", job.record.id, sid, exc)
+        track.cancel_pending = True  # until Slurm accepted it
+        if track.cancelling is None:
+            lane, timeout = self.lane, self._timeout
+            track.cancelling = lane.submit(lambda: cancel(sid, None, None, timeout, lane.run))
+
+    def _answers(self, job: Running, track: Track) -> None:
+        """The answers of this job's scancel and scontrol release, if they came."""
+        call = track.cancelling
+        if call is not None and call.done():
+            track.cancelling = None
+            try:
+                call.result()
+                track.cancel_pending = False
+            except (SlurmError, ValueError) as exc:
+                sid = job.record.slurm_job_id
+                log.warning("job=%s scancel %s failed: %s (will retry)", job.record.id, sid, exc)
+        released = track.releasing
+        if released is not None and released.done():
+            track.releasing = None
+            try:
+                released.result()
+            except (SlurmError, ValueError) as exc:  # the poll releases it when it sees it held
+                log.warning("job=%s release failed: %s (will retry)", job.record.id, exc)
+            else:
+                if track.note_release:
+                    ledger.note(
+                        job.run_dir,
+                        "released",
+                        self.ctx.clock.now(),
+                        slurm_job_id=job.record.slurm_job_id,
+                    )
 
     def abandon(self, job: Running) -> None:
         self.cancel(job, Reason.LOST)
@@ -225,22 +249,33 @@ class SlurmExecutor:
             except OSError as exc:
                 polled.failed.append(job)
                 log.error("job=%s cannot update its files: %s (retrying)", job.record.id, exc)
+        self._collect(jobs, mono, polled)
         due = mono >= self._next_query or (exited and mono >= self._last_query + FAST_QUERY)
-        if not due:
-            return polled
-        self._last_query = mono
-        self._next_query = mono + self.config.poll_interval
-        ids = [j.record.slurm_job_id for j in jobs if j.record.slurm_job_id is not None]
+        if due and self._query is None:
+            self._last_query = mono
+            self._next_query = mono + self.config.poll_interval
+            ids = [j.record.slurm_job_id for j in jobs if j.record.slurm_job_id is not None]
+            lane, timeout = self.lane, self._timeout
+            self._query = lane.submit(lambda: query(ids, None, timeout, lane.run))
+        return polled
+
+    def _collect(self, jobs: Sequence[Running], mono: float, polled: Polled) -> None:
+        """The answer of the squeue on its way, if it came: settle what it says ended."""
+        call = self._query
+        if call is None or not call.done():
+            return
+        self._query = None
         try:
-            states = query(ids)
+            states = call.result()
         except SlurmError as exc:
             if mono >= self._next_warning:
                 self._next_warning = mono + WARN_EVERY
-                log.warning("cannot ask Slurm about %d jobs: %s (will retry)", len(ids), exc)
-            return polled
+                log.warning("cannot ask Slurm about %d jobs: %s (will retry)", len(jobs), exc)
+            return
         for job in jobs:
             sid = job.record.slurm_job_id
-            assert sid is not None
+            if sid is None or sid not in states:
+                continue  # started after the query was asked: the next one says
             try:
                 ended = self.settle_state(job, states[sid])
                 if ended is not None:
@@ -250,12 +285,12 @@ class SlurmExecutor:
             except OSError as exc:
                 polled.failed.append(job)
                 log.error("job=%s cannot update its files: %s (retrying)", job.record.id, exc)
-        return polled
 
     def _check(self, job: Running, mono: float, polled: Polled) -> bool:
         """A pending scancel and hopper's own wall clock; True if the wrapper recorded an exit."""
         track = self.tracks.setdefault(job.record.id, Track())
-        if track.cancel_pending:
+        self._answers(job, track)
+        if track.cancel_pending and track.cancelling is None:
             self.cancel(job, job.record.stop_requested or Reason.ABORTED)
         timeout = job.record.timeout_seconds
         if (
@@ -288,12 +323,8 @@ class SlurmExecutor:
             slurm_job.state == "PENDING"
             and slurm_job.reason == ACTIVE_HELD_REASON
             and not job.stop_sent
-        ):
-            try:  # recorded but never released (a crash or a failed release)
-                release(state.slurm_id)
-                ledger.note(job.run_dir, "released", now, slurm_job_id=state.slurm_id)
-            except (SlurmError, ValueError) as exc:
-                log.warning("job=%s release failed: %s (will retry)", job.record.id, exc)
+        ):  # recorded but never released (a crash or a failed release)
+            self.release_later(job.record, state.slurm_id, note=True)
 
     # -- finish ---------------------------------------------------------------------
     def settle_state(
@@ -349,7 +380,7 @@ class SlurmExecutor:
 
     # -- after a restart ------------------------------------------------------------
     def begin_recovery(self) -> None:
-        self.view = StateView()  # asks Slurm once, only if a record needs it
+        self.view = self._view()  # asks Slurm once, only if a record needs it
 
     def observe(self, snap: RunSnapshot, run_dir: Path) -> RunSnapshot:
         """A recorded Slurm job that may be ours: add Slurm's view and the wrapper's record."""

@@ -8,7 +8,7 @@ for lazily and shared by every run directory of a reconcile pass.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from hopper.core.slurm_parse import (
@@ -19,7 +19,8 @@ from hopper.core.slurm_parse import (
     parse_exit_file,
     states_for,
 )
-from hopper.executors.slurm import EXIT_STATUS_FILE, SlurmError, list_jobs
+from hopper.executors.calls import Lane, wait_alive
+from hopper.executors.slurm import COMMAND_TIMEOUT, EXIT_STATUS_FILE, SlurmError, list_jobs
 from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_text
 
 log = logging.getLogger(__name__)
@@ -43,17 +44,35 @@ def read_exit_file(run_dir: Path, slurm_id: str) -> SlurmExitFile | None:
 
 
 class StateView:
-    """Recovery's look at Slurm: one listing, asked for lazily, shared by every run dir."""
+    """Recovery's look at Slurm: one listing, asked for lazily, shared by every run dir.
 
-    def __init__(self, env: Mapping[str, str] | None = None) -> None:
+    With a ``lane`` the listing runs there and recovery waits for it calling
+    ``keepalive`` (heartbeat, ``WATCHDOG=1``), bounded by ``timeout`` per call.
+    """
+
+    def __init__(
+        self,
+        env: Mapping[str, str] | None = None,
+        *,
+        lane: Lane | None = None,
+        keepalive: Callable[[], None] = lambda: None,
+        timeout: float = COMMAND_TIMEOUT,
+    ) -> None:
         self.env = env
+        self.lane, self.keepalive, self.timeout = lane, keepalive, timeout
         self._jobs: list[SlurmJob] | None = None
         self._failed = False
+
+    def _list(self) -> list[SlurmJob]:
+        env, timeout, lane = self.env, self.timeout, self.lane
+        if lane is None:
+            return list_jobs(env, timeout)
+        return wait_alive(lane.submit(lambda: list_jobs(env, timeout, lane.run)), self.keepalive)
 
     def _all(self) -> list[SlurmJob] | None:
         if self._jobs is None and not self._failed:
             try:
-                self._jobs = list_jobs(self.env)
+                self._jobs = self._list()
             except SlurmError as exc:
                 self._failed = True
                 log.warning("recovery: cannot ask Slurm (%s); will ask again", exc)
