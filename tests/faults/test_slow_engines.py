@@ -250,3 +250,38 @@ def test_a_hung_slurm_controller_never_stops_the_loop(
     print(f"hung squeue: max WATCHDOG gap {ping_gap:.2f}s, heartbeat gap {beat_gap:.2f}s")
     assert ping_gap < WATCHDOG_SEC * 0.75, f"WATCHDOG=1 {ping_gap:.2f}s apart"
     assert beat_gap < 1.5, f"heartbeat {beat_gap:.2f}s apart"
+
+
+def test_a_hung_engine_at_a_container_jobs_end_costs_only_its_job(
+    layout: Layout, config_file: Path, watchers, systemd: Systemd, tmp_path: Path
+) -> None:
+    """The container exits 3 and `inspect` (the OOM check) hangs: the loop pings on, bash
+    jobs run, and the job is filed exit_nonzero at the call's deadline, unrefined."""
+    pid_file = tmp_path / "inspect.pid"
+    engine = script(
+        tmp_path / "fake-podman",
+        'case "$1" in\n'
+        "  image) echo sha256:0; exit 0 ;;\n"  # the image is here
+        "  run) echo in-the-container; exit 3 ;;\n"
+        f"  inspect) echo $$ >> {pid_file}; exec sleep {HANG} ;;\n"
+        "esac\nexit 0\n",  # rm -f, stop
+    )
+    config_file.write_text(
+        FAST_CONFIG + f'\n[container]\nengine = ["{engine}"]\ncommand_timeout = "{DEADLINE}s"\n'
+    )
+    watchers.start(env=systemd.env())
+    drop(layout, "boxed", bash("exit 3", executor="container", image="hopper-test/ok:1"))
+    wait_for(pid_file.exists, what="the engine's inspect hanging")
+    began = time.monotonic()
+    bash_jobs_run_meanwhile(layout, ["a", "b", "c"])
+    wait_for(lambda: state_of(layout, "boxed") is JobState.FAILED, what="the container job filed")
+    ended = time.monotonic()
+    record = record_of(layout, "boxed")
+    assert record.reason is Reason.EXIT_NONZERO, record.detail  # type: ignore[attr-defined]
+    assert record.exit_code == 3  # type: ignore[attr-defined]
+    assert ended - began < DEADLINE + 5.0, "not at its deadline"
+    wait_for(lambda: dead(pid_file), what="the hung engine call killed")
+    ping_gap, beat_gap = systemd.gaps(began, ended)
+    print(f"hung inspect at the end: max WATCHDOG gap {ping_gap:.2f}s, heartbeat {beat_gap:.2f}s")
+    assert ping_gap < WATCHDOG_SEC * 0.75, f"WATCHDOG=1 {ping_gap:.2f}s apart"
+    assert beat_gap < 1.5, f"heartbeat {beat_gap:.2f}s apart"

@@ -2,17 +2,20 @@
 
 Theory of operation. A container job runs under the job's own supervisor
 exactly like a local job (gate, job.log, timeout, limits, exit.json, adoption
-after a watcher restart); only its command differs. :meth:`ContainerExecutor.launch`
-checks the engine and the image (a missing one fails the job ``spawn_failed``
-with what to do), plans the mounts (core/mounts.py), translates every path
-hopper hands the job, and returns the supervised argv: container_run.py
-around ``<engine> run --name hopper-<id> …``. An agent job keeps its driver on
-the host; the driver runs each CLI turn through the same wrapper (the driver
-spec's ``container`` key). The container is removed when the job is
-finalized, whatever the outcome (:meth:`remove`); a container of the job's
-name found by recovery before the job (re)starts is removed
-(:meth:`clear_stray`), so the job runs once; when the supervisor vanished, the
-engine's own record of the container says how it ended (:meth:`engine_exit`).
+after a watcher restart); only its command differs. Every engine call runs
+on the executor's lane (calls.py), never on the watcher's loop: the start
+first checks the engine and the image there (:class:`ImageCheck`: a missing
+or hung one fails the job ``spawn_failed`` with what to do), then
+:meth:`ContainerExecutor.launch` plans the mounts (core/mounts.py), translates
+every path hopper hands the job, and returns the supervised argv:
+container_run.py around ``<engine> run --name hopper-<id> …``. An agent job
+keeps its driver on the host; the driver runs each CLI turn through the same
+wrapper (the driver spec's ``container`` key). At the end
+(container_end.py) the container is removed, whatever the outcome; an end
+the engine may explain (its OOM killer) waits, parked, for its answer; a
+container of the job's name found by recovery before the job (re)starts is
+removed, so the job runs once; when the supervisor vanished, the engine's
+own record of the container says how it ended (:meth:`engine_exit`).
 """
 
 from __future__ import annotations
@@ -20,8 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from hopper.agents.base import Preparation
@@ -30,20 +32,18 @@ from hopper.agents.registry import driven
 from hopper.core.mounts import BadMount
 from hopper.core.outcome import Outcome
 from hopper.core.record import ExitStatus, JobRecord
-from hopper.core.sizes import format_size
 from hopper.core.states import Reason
 from hopper.executors.calls import Call, Lane
 from hopper.executors.container import (
     STOP_MARGIN,
     ContainerUnavailable,
     check_image,
-    inspect,
     mount_map,
-    remove,
     resolve_engine,
     run_argv,
     shim_argv,
 )
+from hopper.executors.container_end import ContainerEnds, needs_look
 from hopper.executors.container_probe import has_program, missing_program
 from hopper.executors.local import Command, LocalExecutor
 from hopper.executors.protocol import (
@@ -52,12 +52,13 @@ from hopper.executors.protocol import (
     Ended,
     How,
     Launch,
+    Polled,
     Report,
     Start,
     Starting,
+    Tick,
 )
 from hopper.running import Running
-from hopper.store import ledger
 from hopper.store.atomic import write_atomic
 
 log = logging.getLogger(__name__)
@@ -125,9 +126,13 @@ class ContainerExecutor(LocalExecutor):
         super().__init__(ctx)
         self.has_bash: dict[str, bool] = {}  # image id -> whether bash runs in it (asked once)
         self.lane = Lane("container", wake=ctx.wake)  # engine calls, off the loop
+        self.ends = ContainerEnds(ctx, self.lane, self.engine)
+        self._polling = False  # inside LocalExecutor.poll: refine() parks, never waits
+        self._wanted: set[str] = set()  # ends this poll that the engine may explain
 
     def close(self) -> None:
-        self.lane.close()  # a hung engine call is killed, not waited for
+        self.ends.close()  # removals on their way get a few seconds
+        self.lane.close()  # then a hung engine call is killed, not waited for
         super().close()
 
     def engine(self) -> list[str]:
@@ -171,17 +176,6 @@ class ContainerExecutor(LocalExecutor):
 
     def started_fields(self, record: JobRecord) -> dict[str, object]:
         return {"container": record.container.name} if record.container else {}
-
-    def engine_exit(self, record: JobRecord) -> ExitStatus | None:
-        return self.exit_from_engine(record, self.ctx.clock.now())
-
-    def finished(self, record: JobRecord) -> None:
-        self.remove(record)  # whatever the outcome; its output is in job.log
-
-    def clear_strays(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
-        if local:
-            self.clear_stray(record, run_dir)  # created, never recorded
-        return True
 
     def launch(
         self,
@@ -252,90 +246,42 @@ class ContainerExecutor(LocalExecutor):
         if not self.has_bash[image_id]:
             raise ContainerUnavailable(missing_program(engine, image, "bash"))
 
+    # -- the end: the engine's side on the lane (container_end.py) ----------------------
+    def poll(self, jobs: Sequence[Running], tick: Tick) -> Polled:
+        """As a local job's; an end the engine may explain is parked while it is asked."""
+        parked = self.ends.parked()
+        looking = [j for j in jobs if j.record.id not in parked] if parked else jobs
+        self._polling = True
+        try:
+            polled = LocalExecutor.poll(self, looking, tick)
+        finally:
+            self._polling = False
+        ended: list[Ended] = []
+        for end in polled.ended:
+            if end.job_id in self._wanted:
+                self._wanted.discard(end.job_id)
+                self.ends.park(end)
+            else:
+                ended.append(end)
+        polled.ended = ended + self.ends.answered(jobs)
+        return polled
+
     def refine(self, record: JobRecord, outcome: Outcome) -> Outcome:
-        """A container ended by the engine's OOM killer (past ``--memory``) is ``memory_limit``.
-
-        Where the engine cannot tell (podman with runc on cgroup v1 reports
-        ``OOMKilled`` false), an exit 137 under a memory_max says it may be.
-        """
-        limit = record.memory_max_bytes
-        if record.container is None or outcome.reason not in (
-            Reason.EXIT_NONZERO,
-            Reason.SIGNALED,
-        ):
+        if not needs_look(record, outcome):
             return outcome
-        try:
-            state = inspect(self.engine(), record.container.name)
-        except ContainerUnavailable:
-            state = None
-        size = f" ({format_size(limit)})" if limit is not None else ""
-        if state is not None and state.oom_killed:
-            return Outcome(
-                Reason.MEMORY_LIMIT,
-                f"stopped: the container used more memory than memory_max{size}; "
-                "the engine's OOM killer ended it",
-            )
-        if limit is not None and outcome.detail == "exited 137":
-            return Outcome(
-                outcome.reason,
-                "exited 137 (SIGKILL): the engine's OOM killer does this to a container "
-                f"past memory_max{size}; raise memory_max if the job needs more",
-            )
-        return outcome
+        if self._polling:  # the poll parks the end while the engine is asked
+            self._wanted.add(record.id)
+            return outcome
+        return self.ends.refine_now(record, outcome)
 
-    def remove(self, record: JobRecord) -> None:
-        """The job is finalized (or goes back to the queue): its container goes."""
-        if record.container is None:
-            return
-        try:
-            engine = self.engine()
-        except ContainerUnavailable as exc:
-            log.warning(
-                "job=%s container %s not removed: %s", record.id, record.container.name, exc
-            )
-            return
-        if remove(engine, record.container.name):
-            log.info("job=%s container=%s removed", record.id, record.container.name)
+    def finished(self, record: JobRecord) -> None:
+        if record.id not in self._wanted:  # else the parked look removes it, after inspect
+            self.ends.remove_later(record)  # whatever the outcome; its output is in job.log
 
-    def clear_stray(self, record: JobRecord, run_dir: Path) -> None:
-        """Recovery, before the job (re)starts: a container of its name is left from a crash."""
-        if record.container is None:
-            return
-        try:
-            engine = self.engine()
-        except ContainerUnavailable:
-            return  # the start fails with the reason; nothing can be left to remove
-        name = record.container.name
-        if inspect(engine, name) is None:
-            return
-        if remove(engine, name):
-            ledger.note(
-                run_dir,
-                "container_stray_removed",
-                self.ctx.clock.now(),
-                container=name,
-                why="left by an earlier start that was never recorded (watcher crash)",
-            )
-            log.info("job=%s removed stray container %s", record.id, name)
+    def clear_strays(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
+        if local:
+            self.ends.clear_stray(record, run_dir)  # created, never recorded
+        return True
 
-    def exit_from_engine(self, record: JobRecord, now: datetime) -> ExitStatus | None:
-        """The supervisor vanished: how the engine says the container ended, if it did.
-
-        The end time is ``now``: the engine's clock format differs between engines.
-
-            A container still running is stopped at once (nobody supervises it any
-            more) and None returned: the job is then ``lost`` like a local one.
-        """
-        if record.container is None:
-            return None
-        try:
-            engine = self.engine()
-        except ContainerUnavailable:
-            return None
-        state = inspect(engine, record.container.name)
-        if state is None:
-            return None
-        if state.running or state.exit_code is None:
-            remove(engine, record.container.name)
-            return None
-        return ExitStatus(started=True, exit_code=state.exit_code, finished_at=now)
+    def engine_exit(self, record: JobRecord) -> ExitStatus | None:
+        return self.ends.exit_from_engine(record, self.ctx.clock.now())
