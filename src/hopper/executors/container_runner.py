@@ -4,8 +4,9 @@ Theory of operation. A container job runs under the job's own supervisor
 exactly like a local job (gate, job.log, timeout, limits, exit.json, adoption
 after a watcher restart); only its command differs. Every engine call runs
 on the executor's lane (calls.py), never on the watcher's loop: the start
-first checks the engine and the image there (:class:`ImageCheck`: a missing
-or hung one fails the job ``spawn_failed`` with what to do), then
+first checks the engine and the image there, and that a bash job's image
+has bash (:class:`ImageCheck`: a missing or hung one fails the job
+``spawn_failed`` with what to do), then
 :meth:`ContainerExecutor.launch` plans the mounts (core/mounts.py), translates
 every path hopper hands the job, and returns the supervised argv:
 container_run.py around ``<engine> run --name hopper-<id> …``. An agent job
