@@ -3,25 +3,23 @@
 Theory of operation. When a container job's supervisor has exited, the
 engine may know more than its exit status: that its OOM killer ended the
 container (``memory_limit``), or, when the supervisor vanished, how the
-container ended. And the container must go (``rm -f``). None of these
+container ended. And the container must go (``rm -f``) before the job is filed. None of these
 engine calls runs on the watcher's loop in the common case:
 
-- a job that ended with a failure the engine may explain is *parked*: its
-  :class:`Ended` is held while ``inspect`` then ``rm -f`` run on the lane,
-  and handed on, refined (:func:`refined`), at the first poll after they
-  answered (or at their deadline: unrefined);
-- any other end only queues ``rm -f`` on the lane; nobody waits for it
-  (container_run.py removes a leftover of the name before each run anyway),
-  but a watcher going away gives the removals on their way a few seconds;
-- recovery (a stray container before a restart, a supervisor that vanished)
-  waits for its answer with keep-alives (heartbeat, ``WATCHDOG=1``), bounded
-  by ``[container] command_timeout`` per call.
+- a container job's end found by a poll is *parked*: its :class:`Ended` is
+  held while ``inspect`` (only for a failure the engine may explain) then
+  ``rm -f`` run on the lane, and handed on, refined (:func:`refined`), at
+  the first poll after they answered (at their deadline: as it was; a
+  container left by a hung ``rm`` is removed before the name runs again by
+  container_run.py);
+- recovery (a stray container before a restart, a supervisor that vanished,
+  an end it settles) waits for its answer with keep-alives (heartbeat,
+  ``WATCHDOG=1``), bounded by ``[container] command_timeout`` per call.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -40,7 +38,6 @@ from hopper.store import ledger
 log = logging.getLogger(__name__)
 
 LOOKED_AT = (Reason.EXIT_NONZERO, Reason.SIGNALED)  # ends the engine may explain
-CLOSE_WAIT = 10.0  # seconds a stopping watcher waits for its containers' removal, at most
 
 
 def needs_look(record: JobRecord, outcome: Outcome) -> bool:
@@ -84,7 +81,6 @@ class ContainerEnds:
     def __init__(self, ctx: Context, lane: Lane, engine: Callable[[], list[str]]) -> None:
         self.ctx, self.lane, self.engine = ctx, lane, engine
         self._parked: dict[str, Parked] = {}
-        self._removing: list[Call[None]] = []  # rm -f on its way
 
     @property
     def timeout(self) -> float:
@@ -94,8 +90,9 @@ class ContainerEnds:
     def parked(self) -> set[str]:
         return set(self._parked)
 
-    def park(self, end: Ended) -> None:
-        """Hold ``end`` while the engine is asked how its container ended, then rm -f."""
+    def park(self, end: Ended, look: bool) -> None:
+        """Hold ``end`` while the engine is asked how its container ended (``look``),
+        then its container is removed."""
         container = end.record.container
         assert container is not None
         name, lane, timeout = container.name, self.lane, self.timeout
@@ -104,15 +101,15 @@ class ContainerEnds:
         except ContainerUnavailable:
             engine = None
 
-        def look() -> EngineState | None:
+        def ask() -> EngineState | None:
             if engine is None:
                 return None
-            state = inspect(engine, name, lane.run, timeout)
+            state = inspect(engine, name, lane.run, timeout) if look else None
             if remove(engine, name, lane.run, timeout):
                 log.info("job=%s container=%s removed", end.job_id, name)
             return state
 
-        self._parked[end.job_id] = Parked(end, lane.submit(look))
+        self._parked[end.job_id] = Parked(end, lane.submit(ask))
 
     def answered(self, jobs: Iterable[Running]) -> list[Ended]:
         """The parked ends whose engine look answered, refined; each with the job's
@@ -141,8 +138,12 @@ class ContainerEnds:
             )
         return out
 
-    def remove_later(self, record: JobRecord) -> None:
-        """The job's process is over: its container goes, on the lane (nobody waits)."""
+    # -- recovery's side: waits, with keep-alives ---------------------------------------
+    def _wait(self, work: Callable[[], EngineState | None]) -> EngineState | None:
+        return wait_alive(self.lane.submit(work), self.ctx.keepalive)
+
+    def remove_now(self, record: JobRecord) -> None:
+        """The job's process is over (an end recovery settles): its container goes."""
         if record.container is None:
             return
         name, lane, timeout = record.container.name, self.lane, self.timeout
@@ -151,26 +152,10 @@ class ContainerEnds:
         except ContainerUnavailable as exc:
             log.warning("job=%s container %s not removed: %s", record.id, name, exc)
             return
-
-        def rm() -> None:
-            if remove(engine, name, lane.run, timeout):
-                log.info("job=%s container=%s removed", record.id, name)
-
-        self._removing = [c for c in self._removing if not c.done()]
-        self._removing.append(lane.submit(rm))
-
-    def close(self) -> None:
-        """The watcher is going away: the removals on their way get a short while to
-        finish (a container is not left behind for a slow ``rm``), with keep-alives."""
-        until = time.monotonic() + min(self.timeout, CLOSE_WAIT)
-        for call in self._removing:
-            while not call.wait(0.2) and time.monotonic() < until:
-                self.ctx.keepalive()
-        self._removing.clear()
-
-    # -- recovery's side: waits, with keep-alives ---------------------------------------
-    def _wait(self, work: Callable[[], EngineState | None]) -> EngineState | None:
-        return wait_alive(self.lane.submit(work), self.ctx.keepalive)
+        if wait_alive(
+            lane.submit(lambda: remove(engine, name, lane.run, timeout)), self.ctx.keepalive
+        ):
+            log.info("job=%s container=%s removed", record.id, name)
 
     def refine_now(self, record: JobRecord, outcome: Outcome) -> Outcome:
         """:func:`refined` with the engine asked now (an end recovery settles)."""

@@ -130,10 +130,10 @@ class ContainerExecutor(LocalExecutor):
         self.ends = ContainerEnds(ctx, self.lane, self.engine)
         self._polling = False  # inside LocalExecutor.poll: refine() parks, never waits
         self._wanted: set[str] = set()  # ends this poll that the engine may explain
+        self._finishing: set[str] = set()  # ends this poll whose container must go
 
     def close(self) -> None:
-        self.ends.close()  # removals on their way get a few seconds
-        self.lane.close()  # then a hung engine call is killed, not waited for
+        self.lane.close()  # a hung engine call is killed, not waited for
         super().close()
 
     def engine(self) -> list[str]:
@@ -259,11 +259,12 @@ class ContainerExecutor(LocalExecutor):
             self._polling = False
         ended: list[Ended] = []
         for end in polled.ended:
-            if end.job_id in self._wanted:
-                self._wanted.discard(end.job_id)
-                self.ends.park(end)
+            if end.job_id in self._finishing:  # filed once its container is gone
+                self.ends.park(end, look=end.job_id in self._wanted)
             else:
                 ended.append(end)
+        self._wanted.clear()
+        self._finishing.clear()
         polled.ended = ended + self.ends.answered(jobs)
         return polled
 
@@ -276,8 +277,11 @@ class ContainerExecutor(LocalExecutor):
         return self.ends.refine_now(record, outcome)
 
     def finished(self, record: JobRecord) -> None:
-        if record.id not in self._wanted:  # else the parked look removes it, after inspect
-            self.ends.remove_later(record)  # whatever the outcome; its output is in job.log
+        """Its container goes, whatever the outcome (its output is in job.log)."""
+        if self._polling:
+            self._finishing.add(record.id)  # the poll parks the end while rm runs
+        else:
+            self.ends.remove_now(record)
 
     def clear_strays(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
         if local:
