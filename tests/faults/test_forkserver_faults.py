@@ -108,12 +108,13 @@ def unmount(tmp_path: Path) -> Iterator[None]:
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
-    "cause",
-    [_run_dir_gone, _no_inode_for_the_log, _fork_refused],
+    ("cause", "code"),
+    [(_run_dir_gone, errno.ENOENT), (_no_inode_for_the_log, errno.ENOSPC), (_fork_refused, 11)],
     ids=["run_dir_gone", "no_inode_for_job_log", "supervisor_fork_refused"],
 )
 def test_an_exit_reported_before_its_handle_is_kept_and_the_start_fails(
     cause: Cause,
+    code: int,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     sigchld: SigChld,
@@ -129,8 +130,9 @@ def test_an_exit_reported_before_its_handle_is_kept_and_the_start_fails(
         assert server.pid is not None
         sigchld.wait(server.pid)  # the supervisor died before its pid line, and was reported
         server.collect()  # the loop reads the pid answer and the exit report: no handle yet
-        with pytest.raises(spawn.SpawnFailed, match="exited before it reported its job's pid"):
+        with pytest.raises(spawn.SpawnFailed, match="the supervisor could not start its job") as e:
             start.collect()
+        assert e.value.errno == code  # a cause that passes (EAGAIN, ENOSPC) is told as such
     finally:
         server.close()
     assert not (run_dir / "exit.json").exists()

@@ -19,7 +19,9 @@ message:
   on its stdin and stdout and runs :func:`supervise.serve`: from there on
   it is exactly the supervisor of
   supervise.py (the same handshake over the channel, the same exit.json), and
-  it outlives both this server and the watcher.
+  it outlives both this server and the watcher. One that cannot start its
+  job (a refused fork, no descriptor, no space for job.log) says so where
+  the watcher waits for the pid line: ``{"error": TEXT, "errno": N}``.
 - server -> watcher: ``pid N`` (the supervisor forked for the oldest
   request) or ``error TEXT`` (the fork failed), one per request, in order;
   and ``exit N STATUS`` once supervisor N has exited and been reaped (STATUS
@@ -46,6 +48,7 @@ anything.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import select
 import signal
@@ -323,9 +326,25 @@ def _supervise(channel: int, spec: LaunchSpec | ProtocolError) -> int:
     os.dup2(channel, 0)
     os.dup2(channel, 1)
     os.close(channel)
-    if fault("supervisor.fork"):  # its job's fork refused, before the pid line (RLIMIT_NPROC)
-        raise OSError(11, "Resource temporarily unavailable (fault point supervisor.fork)")
-    return supervise.serve(spec)
+    try:
+        if fault("supervisor.fork"):  # its job's fork refused, before the pid line
+            raise OSError(11, "Resource temporarily unavailable (fault point supervisor.fork)")
+        return supervise.serve(spec)
+    except OSError as exc:
+        _tell_failure(exc)
+        raise
+
+
+def _tell_failure(exc: OSError) -> None:
+    """Where the watcher waits for the job's pid: why there is none, with the errno
+    (its start policy tells a passing cause, as EAGAIN or ENOSPC, from one that is
+    not). After the handshake stdout is /dev/null, and the line goes nowhere."""
+    what = f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+    line = json.dumps({"error": what, "errno": exc.errno or 0}) + "\n"
+    try:
+        os.write(1, line.encode())
+    except OSError:
+        pass  # the watcher went away: nobody to tell
 
 
 def _exit(code: int) -> None:

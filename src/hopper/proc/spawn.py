@@ -224,17 +224,33 @@ def read_pid(proc: Supervisor, deadline: float | None = None) -> int:
     if deadline is None:
         deadline = time.monotonic() + PID_WAIT
     line, why = _read_line(proc.stdout.fileno(), deadline)
-    try:
-        return int(json.loads(line)["pid"])
-    except (ValueError, KeyError, TypeError):
-        pass
+    said = _said(line)
+    pid = said.get("pid")
+    if isinstance(pid, int) and not isinstance(pid, bool):
+        return pid
     proc.kill()
     _reap(proc)
     _close(proc)
     if why:
         raise SpawnFailed(0, f"the supervisor {why} (pid {proc.pid})")
-    said = "exited before it reported its job's pid" if not line else f"said {line[:200]!r}"
-    raise SpawnFailed(0, f"the supervisor broke the handshake ({said}; pid {proc.pid})")
+    error, code = said.get("error"), said.get("errno")
+    if isinstance(error, str):  # a forked one that could not start its job
+        raise SpawnFailed(
+            code if isinstance(code, int) else 0,
+            f"the supervisor could not start its job: {error[:300]}",
+        )
+    what = "exited before it reported its job's pid" if not line else f"said {line[:200]!r}"
+    raise SpawnFailed(0, f"the supervisor broke the handshake ({what}; pid {proc.pid})")
+
+
+def _said(line: bytes) -> dict[str, object]:
+    """The supervisor's line as JSON: ``{"pid": N}``, ``{"error": …, "errno": N}``
+    (proc/forkserver.py), or nothing usable ({})."""
+    try:
+        said = json.loads(line)
+    except ValueError:
+        return {}
+    return said if isinstance(said, dict) else {}
 
 
 def _read_line(fd: int, deadline: float) -> tuple[bytes, str]:
