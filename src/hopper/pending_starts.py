@@ -189,6 +189,7 @@ class PendingStarts:
             return
         self._tries.pop(record.id, None)
         self.guard.forget(key)
+        self.guard.forget(f"requeue:{record.id}")
         bug = "" if isinstance(exc, OSError) else " (a bug in hopper: please report it)"
         after = f" (try {tries})" if tries > 1 else ""
         log.error(
@@ -214,19 +215,23 @@ class PendingStarts:
         says so (``start_failed``) if the disk lets it, else only the queue knows."""
 
         def requeue() -> None:
-            self.scale.release(record)
-            now = self.intake.clock.now()
-            why = describe(exc)
-            fact = StartFailed(now, why, tries, delay, now + timedelta(seconds=delay))
-            step = lifecycle.start_failed(record, fact)
+            queued = record  # whatever fails below, the job goes back to the queue
             try:
+                self.scale.release(record)
+                now = self.intake.clock.now()
+                why = describe(exc)
+                fact = StartFailed(now, why, tries, delay, now + timedelta(seconds=delay))
+                step = lifecycle.start_failed(record, fact)
+                queued = step.record  # if the same full disk refuses it, the next try writes it
                 queued = ledger.commit(self.layout.run_dir(record.id), step, durable=False)
-            except OSError:
-                queued = step.record  # the same full disk: the next try writes it
-            log.info(
-                "job=%s state=queued start try %d failed; again in %gs", record.id, tries, delay
-            )
-            self.handed_back(queued)
+                log.info(
+                    "job=%s state=queued start try %d failed; again in %gs",
+                    record.id,
+                    tries,
+                    delay,
+                )
+            finally:
+                self.handed_back(queued)
 
         return requeue
 
@@ -234,6 +239,7 @@ class PendingStarts:
         """Released to run: its failed starts, if any, are behind it."""
         if self._tries.pop(job.record.id, None) is not None:
             self.guard.clear(f"start:{job.record.id}")
+            self.guard.forget(f"requeue:{job.record.id}")
         self.released(job)
 
     def _start(self, record: JobRecord) -> None:
