@@ -255,3 +255,24 @@ def test_no_descriptor_at_each_open_of_a_start_fails_that_start_only(
         outcomes.append("ran" if (run_dir / "exit.json").exists() else "no record")
     assert outcomes[0] == "failed" and outcomes[-1] == "ran", outcomes
     assert "no record" not in outcomes, outcomes
+
+
+@pytest.mark.timeout(60)
+def test_a_fork_server_started_with_sigchld_blocked_still_reports_exits(
+    tmp_path: Path, sigchld: SigChld
+) -> None:
+    """Was: the server inherited the blocked SIGCHLD across exec, never reaped, and
+    no supervisor it forked was ever reported gone."""
+    sigchld.block()  # before the server starts: it inherits the mask
+    server = forkclient.ForkServer()
+    server.start()
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    try:
+        proc = spawn.launch(run_dir, _spec(run_dir, "exit 3"), server)
+        assert isinstance(proc, forkclient.Forked)
+        spawn.read_pid(proc)
+        spawn.release(proc)
+        assert proc.wait(timeout=30) == 0  # reported by the server, which reaped it
+    finally:
+        server.close()

@@ -116,6 +116,9 @@ class Server:
     def serve(self) -> int:
         """Answer fork requests and report exits until the watcher goes away."""
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # the wakeup fd wakes select
+        # A mask is inherited across exec: a watcher that started us with SIGCHLD
+        # blocked would have us never reap, never report an exit.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         supervise.warm()  # what every child would load on its own, loaded once here
         self.refill()
