@@ -37,6 +37,7 @@ from hopper.core.record import JobRecord
 from hopper.core.states import JobState
 from hopper.store.jobfile import write_record
 from hopper.store.layout import Layout
+from hopper.store.watchers import write_beat
 
 Usage = namedtuple("Usage", "total used free")
 VFS = namedtuple("VFS", "f_files f_favail")
@@ -132,7 +133,7 @@ def test_free_space(tmp_path: Path, free: int, inodes: int, status: str) -> None
     )
     assert check.status == status, check.message
     if status != "ok":
-        assert "disk full" in check.fix
+        assert "docs/operations.md: A full disk" in check.fix  # the section's real title
 
 
 def test_free_space_real(tmp_path: Path) -> None:
@@ -263,9 +264,18 @@ def running_job(layout: Layout, job_id: str, heartbeat: datetime | None) -> None
 
 def test_watcher_alive_by_fresh_heartbeat(layout: Layout) -> None:
     running_job(layout, "20260101-000000-a-0001", datetime.now(UTC) - timedelta(seconds=3))
+    write_beat(layout, host="h", pid=7, owner="h:7:1.0", started=0.0, running=1, queued=0)
     check = check_watcher(layout, Config(), processes=lambda: [])
     assert check.status == "ok"
-    assert re.search(r"heartbeat [3-9]s ago", check.message), check.message
+    assert "serving this root: 1 watcher(s) beating, h pid 7" in check.message, check.message
+    assert "1 running" in check.message
+
+
+def test_running_jobs_with_fresh_heartbeats_but_no_watcher_file_fail(layout: Layout) -> None:
+    running_job(layout, "20260101-000000-a-0001", datetime.now(UTC) - timedelta(seconds=3))
+    check = check_watcher(layout, Config(), processes=lambda: [])
+    assert check.status == "fail"
+    assert "no watcher serves this root: no heartbeat file" in check.message
 
 
 def test_watcher_down_by_stale_heartbeat(layout: Layout) -> None:
@@ -277,8 +287,11 @@ def test_watcher_down_by_stale_heartbeat(layout: Layout) -> None:
 
 
 def test_watcher_no_jobs(layout: Layout) -> None:
+    """A `hopper run` on this host that writes no heartbeat here serves another root."""
     found = check_watcher(layout, Config(), processes=lambda: [(42, ["hopper", "run"])])
-    assert (found.status, "pid 42" in found.message) == ("ok", True)
+    assert found.status == "warn"
+    assert "no watcher serves this root" in found.message
+    assert "(pid 42) writes no heartbeat here: it serves another root" in found.message
     assert check_watcher(layout, Config(), processes=lambda: []).status == "warn"
     (layout.inbox / "waiting.prompt.md").write_text("echo hi\n")
     check = check_watcher(layout, Config(), processes=lambda: [])

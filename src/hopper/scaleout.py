@@ -37,7 +37,7 @@ from hopper.proc import identity
 from hopper.store.jobfile import read_record
 from hopper.store.layout import Layout
 from hopper.store.leases import Lease, Scope, SlotLeases, scope_name
-from hopper.store.watchers import beat_path, read_beats, read_raw, remove_beat, write_beat
+from hopper.store.watchers import beat_path, read_beats, remove_beat, write_beat
 
 log = logging.getLogger(__name__)
 
@@ -239,22 +239,3 @@ class ScaleOut:
         if owner.host == self.ident.host:
             return identity.is_alive(owner.pid, owner.start)
         return self.view(fresh=True).owner_alive(lease.owner)  # a new watcher may not be known yet
-
-
-def describe(layout: Layout, now: float, dead_after: float) -> list[dict[str, object]]:
-    """Every watcher heartbeat, for ``hopper watchers``: the file's fields plus age and verdict."""
-    out: list[dict[str, object]] = []
-    folder = layout.state_dir / "watchers"
-    try:
-        names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
-    except FileNotFoundError:
-        return out
-    for name in names:
-        raw = read_raw(folder / name)
-        if raw is None:
-            continue
-        age = max(0.0, now - float(raw.pop("_mtime")))
-        raw["age_seconds"] = round(age, 1)
-        raw["state"] = "stopped" if raw.get("stopped") else "alive" if age < dead_after else "dead"
-        out.append(raw)
-    return out

@@ -1,8 +1,11 @@
-"""``hopper watchers [--json]``: every watcher serving the root, from its heartbeat file.
+"""``hopper watchers [--json]``: every watcher of the root, from its heartbeat file.
 
-Reads ``<root>/.hopper/watchers/*.json`` (docs/scale-out.md). ``state`` is
-``alive`` (beat within ``host_dead_after``), ``stopped`` (exited, its jobs
-left running for that host's next watcher) or ``dead``.
+Reads ``<root>/.hopper/watchers/*.json`` (docs/scale-out.md) and says of each
+what core/watcherview.py judges: ``alive``, ``stopped`` (exited, its jobs
+left running for that host's next watcher), ``dead`` (no beat for
+``host_dead_after``, or its process is gone) or ``taken_over`` (dead, its
+jobs now another watcher's). Only an alive watcher's counts are current: the
+others show ``-`` (``--json`` keeps the file's fields as written).
 """
 
 from __future__ import annotations
@@ -12,9 +15,9 @@ import json
 import time
 from typing import Any
 
-from hopper.cli.common import add_root_args, context
+from hopper.cli.common import EXIT_OK, add_root_args, context
+from hopper.cli.watcherlist import watcher_rows
 from hopper.core.terminal import terminal_safe
-from hopper.scaleout import describe
 
 
 def register(sub: Any) -> None:
@@ -26,30 +29,31 @@ def register(sub: Any) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     layout, config = context(args)
-    rows = describe(layout, time.time(), config.host_dead_after)
+    rows = watcher_rows(layout, time.time(), config.host_dead_after)
     if args.json:
         print(json.dumps(rows, indent=2))
-        return 0
+        return EXIT_OK
     if not rows:
         print(terminal_safe(f"no watcher heartbeats under {layout.state_dir / 'watchers'}"))
-        return 0
-    header = ("HOST", "PID", "STATE", "AGE", "RUNNING", "QUEUED", "VERSION")
-    table = [header] + [
-        tuple(  # heartbeat files sit where jobs can write: their text is escaped
-            terminal_safe(cell)
-            for cell in (
-                str(r.get("host")),
-                str(r.get("pid")),
-                str(r.get("state")),
-                f"{r.get('age_seconds')}s",
-                str(r.get("running")),
-                str(r.get("queued")),
-                str(r.get("version")),
-            )
-        )
-        for r in rows
-    ]
+        return EXIT_OK
+    header = ("HOST", "PID", "STATE", "AGE", "RUNNING", "QUEUED", "VERSION", "DETAIL")
+    table = [header] + [_cells(r) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    return 0
+    return EXIT_OK
+
+
+def _cells(row: dict[str, Any]) -> tuple[str, ...]:
+    current = row.get("state") in ("alive", "stopped")  # a dead watcher's counts are old
+    cells = (
+        str(row.get("host")),
+        str(row.get("pid")),
+        str(row.get("state")),
+        f"{row.get('age_seconds', '?')}s",
+        str(row.get("running")) if current else "-",
+        str(row.get("queued")) if current else "-",
+        str(row.get("version")),
+        str(row.get("detail", "")),
+    )
+    return tuple(terminal_safe(c) for c in cells)  # heartbeat files sit where jobs can write

@@ -76,34 +76,41 @@ def remove_beat(layout: Layout, host: str, pid: int) -> None:
     beat_path(layout, host, pid).unlink(missing_ok=True)
 
 
-def read_beats(layout: Layout, now: float | None = None) -> list[Beat]:
-    """Every watcher's latest heartbeat (unreadable files skipped)."""
-    now = time.time() if now is None else now
+def beat_files(layout: Layout) -> list[Path]:
+    """Every heartbeat file under the root, by name (temporary dot-names left out)."""
     folder = layout.state_dir / WATCHERS_DIR
     try:
         names = [n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith(".")]
     except FileNotFoundError:
         return []
+    return [folder / name for name in sorted(names)]
+
+
+def read_beats(layout: Layout, now: float | None = None) -> list[Beat]:
+    """Every watcher's latest heartbeat (unreadable files skipped)."""
+    now = time.time() if now is None else now
     out: list[Beat] = []
-    for name in sorted(names):
-        raw = read_raw(folder / name)
-        if raw is None:
-            continue
-        out.append(
-            Beat(
-                host=str(raw.get("host", "")),
-                pid=int(raw.get("pid", 0)),
-                owner=str(raw.get("owner", "")),
-                age=max(0.0, now - float(raw["_mtime"])),
-                stopped=bool(raw.get("stopped", False)),
-                running=int(raw.get("running", 0)),
-                queued=int(raw.get("queued", 0)),
-                boot_id=raw.get("boot_id"),
-                version=raw.get("version"),
-                jobs=tuple(str(j) for j in raw.get("jobs", ())),
-            )
-        )
+    for path in beat_files(layout):
+        raw = read_raw(path)
+        if raw is not None:
+            out.append(beat_of(raw, now))
     return out
+
+
+def beat_of(raw: dict[str, Any], now: float) -> Beat:
+    """A heartbeat file's JSON (from :func:`read_raw`) as a :class:`Beat`."""
+    return Beat(
+        host=str(raw.get("host", "")),
+        pid=int(raw.get("pid", 0)),
+        owner=str(raw.get("owner", "")),
+        age=max(0.0, now - float(raw["_mtime"])),
+        stopped=bool(raw.get("stopped", False)),
+        running=int(raw.get("running", 0)),
+        queued=int(raw.get("queued", 0)),
+        boot_id=raw.get("boot_id"),
+        version=raw.get("version"),
+        jobs=tuple(str(j) for j in raw.get("jobs", ())),
+    )
 
 
 def read_raw(path: Path) -> dict[str, Any] | None:

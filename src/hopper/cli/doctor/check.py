@@ -18,3 +18,12 @@ class Check:
 
 def ok(name: str, message: str) -> Check:
     return Check(name, "ok", message)
+
+
+#: How to free space on the root, for the disk and degraded checks (docs/operations.md,
+#: "A full disk", says the same at length). Name only commands hopper has.
+FIX_FREE_SPACE = (
+    "free space: abort a runaway job (hopper abort ID), or remove the run directories of "
+    "finished jobs (runs/<id>, never a queued or running one) and their prompts in "
+    "processed/ (docs/operations.md: A full disk)"
+)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hopper.cli.doctor.check import Check, ok
+from hopper.cli.doctor.check import FIX_FREE_SPACE, Check, ok
 from hopper.store.layout import Layout
 
 #: Free space on the root's filesystem: below these, warn / fail.
@@ -109,10 +109,7 @@ def check_free_space(
     text = f"{_size(free)} free of {_size(total)}" + (
         f", {inodes:,} inodes free" if inodes is not None else ""
     )
-    fix = (
-        "free space: hopper prune / delete old runs/ and processed/ entries, or move the "
-        "root to a bigger disk (docs/operations.md: disk full)"
-    )
+    fix = f"{FIX_FREE_SPACE}; or move the root to a bigger disk"
     if free < FAIL_FREE_BYTES or (inodes is not None and inodes < FAIL_FREE_INODES):
         return Check("disk", "fail", f"almost full: {text}", fix)
     if free < WARN_FREE_BYTES or (inodes is not None and inodes < WARN_FREE_INODES):

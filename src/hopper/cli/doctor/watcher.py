@@ -1,15 +1,19 @@
-"""Checks of the watcher: is one up, does it look after its jobs, is it degraded."""
+"""Checks of the watcher: does one serve this root (its heartbeat file under the root
+is fresh), does it look after its jobs, is it degraded."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
 import time
+from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import psutil
 
-from hopper.cli.doctor.check import Check, ok
+from hopper.cli.doctor.check import FIX_FREE_SPACE, Check, ok
+from hopper.cli.watcherlist import watcher_rows
 from hopper.config import Config
 from hopper.core.states import JobState
 from hopper.store.inbox import scan
@@ -45,7 +49,9 @@ def check_watcher(
     now: float | None = None,
     processes: Callable[[], list[tuple[int, list[str]]]] = watcher_processes,
 ) -> Check:
-    """Alive: a running job's heartbeat is fresh, or a ``hopper run`` process exists."""
+    """A watcher serves this root only if its heartbeat file under the root is fresh
+    (a ``hopper run`` on this host may serve another root); running jobs need fresh
+    job heartbeats too."""
     now = time.time() if now is None else now
     stale_after = max(STALE_HEARTBEATS * config.heartbeat_interval, MIN_STALE_SECONDS)
     with JobIndex.open(layout) as index:
@@ -53,46 +59,90 @@ def check_watcher(
         jobs = index.jobs()
     running = [j for j in jobs if j.state is JobState.RUNNING]
     queued = [j for j in jobs if j.state is JobState.QUEUED]
-    fix = (
-        "start it: systemctl start hopper (or systemctl --user start hopper, or hopper run); "
-        "journalctl -u hopper says why it stopped. A new watcher adopts running jobs"
-    )
     if running:
         beats = [(now - j.heartbeat_at, j) for j in running if j.heartbeat_at is not None]
-        fresh = [(age, j) for age, j in beats if age <= stale_after]
-        if fresh:
-            age, job = min(fresh, key=lambda x: x[0])
+        if not any(age <= stale_after for age, _ in beats):
+            oldest = min((age for age, _ in beats), default=None)
+            when = f"last heartbeat {oldest:.0f}s ago" if oldest is not None else "no heartbeat"
+            return Check(
+                "watcher",
+                "fail",
+                f"{len(running)} jobs are running but none has a fresh heartbeat ({when}, "
+                f"expected every {config.heartbeat_interval:g}s): no watcher is looking after them",
+                FIX_START,
+            )
+    rows = watcher_rows(layout, now, config.host_dead_after)
+    served = served_by(rows, stale_after, config.heartbeat_interval)
+    if served.status == "ok":
+        return ok("watcher", f"{served.message}; {len(running)} running, {len(queued)} queued")
+    if served.status == "warn":
+        return served
+    waiting = sum(1 for _ in scan(layout.inbox)) if layout.inbox.is_dir() else 0
+    message = served.message + _elsewhere(processes())
+    if waiting or queued or running:
+        return Check(
+            "watcher",
+            "fail",
+            f"{message}; {waiting} prompts wait in the inbox, {len(queued)} jobs are queued, "
+            f"{len(running)} running",
+            FIX_START,
+        )
+    return Check("watcher", "warn", f"{message}; nothing waits yet", FIX_START)
+
+
+FIX_START = (
+    "start it: systemctl start hopper (or systemctl --user start hopper, or hopper run "
+    "--root ROOT); journalctl -u hopper says why it stopped; hopper watchers lists the "
+    "heartbeat files. A new watcher adopts running jobs"
+)
+
+
+def served_by(rows: list[dict[str, Any]], stale_after: float, interval: float) -> Check:
+    """ok: a watcher beat here within ``stale_after``; warn: one is alive but late;
+    fail: none serves this root (the message says what the files say)."""
+    alive = sorted(
+        (r for r in rows if r.get("state") == "alive"), key=lambda r: float(r["age_seconds"])
+    )
+    others = Counter(str(r.get("state")) for r in rows if r.get("state") != "alive")
+    also = (
+        " (also " + ", ".join(f"{n} {state}" for state, n in sorted(others.items())) + ")"
+        if others
+        else ""
+    )
+    if alive:
+        best = alive[0]
+        who = f"{best.get('host')} pid {best.get('pid')}"
+        if float(best["age_seconds"]) <= stale_after:
             return ok(
                 "watcher",
-                f"alive: {len(running)} running, job {job.id} heartbeat {age:.0f}s ago",
+                f"serving this root: {len(alive)} watcher(s) beating, {who} "
+                f"{best['age_seconds']:.0f}s ago{also}",
             )
-        oldest = min((age for age, _ in beats), default=None)
-        when = f"last heartbeat {oldest:.0f}s ago" if oldest is not None else "no heartbeat"
         return Check(
             "watcher",
-            "fail",
-            f"{len(running)} jobs are running but none has a fresh heartbeat ({when}, "
-            f"expected every {config.heartbeat_interval:g}s): no watcher is looking after them",
-            fix,
+            "warn",
+            f"watcher {who} last beat {best['age_seconds']:.0f}s ago (expected every "
+            f"{interval:g}s): it may be hung or its disk slow{also}",
+            "see its log (journalctl -u hopper); it is judged dead after host_dead_after",
         )
-    procs = processes()
-    if procs:
-        pids = ", ".join(str(pid) for pid, _ in procs[:5])
-        return ok("watcher", f"a hopper run process is up (pid {pids}); no job running to time")
-    waiting = sum(1 for _ in scan(layout.inbox)) if layout.inbox.is_dir() else 0
-    if waiting or queued:
-        return Check(
-            "watcher",
-            "fail",
-            f"no watcher on this host, and {waiting} prompts wait in the inbox, "
-            f"{len(queued)} jobs are queued",
-            fix,
-        )
+    if not rows:
+        return Check("watcher", "fail", "no watcher serves this root: no heartbeat file", "")
     return Check(
         "watcher",
-        "warn",
-        "no hopper run process on this host (fine if another host serves this root)",
-        fix,
+        "fail",
+        f"no watcher serves this root: no heartbeat file is fresh{also}",
+        "",
+    )
+
+
+def _elsewhere(procs: list[tuple[int, list[str]]]) -> str:
+    """A ``hopper run`` up on this host that does not beat here serves another root."""
+    if not procs:
+        return ""
+    pids = ", ".join(str(pid) for pid, _ in procs[:5])
+    return (
+        f"; a hopper run process on this host (pid {pids}) writes no heartbeat here: "
+        "it serves another root (its --root, $HOPPER_ROOT or config)"
     )
 
 
@@ -102,20 +152,20 @@ def check_watcher_degraded(
     processes: Callable[[], list[tuple[int, list[str]]]] = watcher_processes,
 ) -> Check:
     """:func:`check_watcher`, or on a root that takes no writes (the job index cannot
-    be opened there) at least whether a watcher process is up."""
+    be opened there) what the watcher heartbeat files say."""
     try:
         return check_watcher(layout, config, processes=processes)
     except (OSError, sqlite3.Error) as exc:
-        procs = processes()
-        found = (
-            f"a hopper run process is up (pid {', '.join(str(p) for p, _ in procs[:5])})"
-            if procs
-            else "no hopper run process is up"
-        )
+        try:
+            rows = watcher_rows(layout, time.time(), config.host_dead_after)
+        except OSError:
+            rows = []
+        stale_after = max(STALE_HEARTBEATS * config.heartbeat_interval, MIN_STALE_SECONDS)
+        served = served_by(rows, stale_after, config.heartbeat_interval)
         return Check(
             "watcher",
-            "warn" if procs else "fail",
-            f"{found}; job heartbeats unreadable: the job index cannot be opened ({exc})",
+            "warn" if served.status == "ok" else "fail",
+            f"{served.message}; job heartbeats unreadable: the job index cannot be opened ({exc})",
             "free space or make the root writable (see the writable and degraded checks)",
         )
 
@@ -142,6 +192,6 @@ def check_degraded(
         f"DEGRADED: the watcher (pid {pids}) is up but the root takes no writes "
         f"({writable.message}); it claims and starts nothing until it can write again; "
         "running jobs go on",
-        "free space (hopper prune, delete old runs/ and processed/) or remount the root "
-        "read-write; the watcher leaves degraded mode by itself within a second, no restart",
+        f"{FIX_FREE_SPACE}, or remount the root read-write; the watcher leaves degraded mode "
+        "by itself within a second, no restart",
     )
