@@ -99,3 +99,26 @@ exit 1"""
     assert "never runs prompt.md in its place" in detail and f"hopper retry {record.id}" in detail
     events = [e["event"] for e in read_events(layout.run_dir(record.id))]
     assert (events.count("started"), events.count("finalized")) == (1, 1)
+
+
+def test_a_job_whose_supervisor_fork_is_refused_twice_runs_at_the_third_try(
+    layout: Layout, watchers, config_file: Path, tmp_path: Path
+) -> None:
+    """Was: the first refused start filed the job failed/spawn_failed, never tried again."""
+    tokens = tmp_path / "tokens"  # each file: one supervisor whose fork of its job is refused
+    tokens.mkdir()
+    for n in range(2):
+        (tokens / str(n)).touch()
+    env = {"HOPPER_CRASH_AT": "supervisor.fork", "HOPPER_FAULT_TOKENS": str(tokens)}
+    drop(layout, "refused", bash("echo ran"))
+    watchers.start(env=env, stderr=tmp_path / "watcher.log")
+    record = reaches(layout, "refused", JobState.SUCCEEDED, timeout=60)
+    watchers.stop_all()
+    assert list(tokens.iterdir()) == []  # both refusals happened
+    assert record.attempt == 1  # no retry of the job's own was spent
+    events = [e for e in read_events(layout.run_dir(record.id))]
+    tries = [e for e in events if e["event"] == "start_failed"]
+    assert [e["tries"] for e in tries] == [1, 2]
+    assert all("Resource temporarily unavailable" in str(e["why"]) for e in tries), tries
+    assert [e["event"] for e in events].count("started") == 1
+    assert (layout.run_dir(record.id) / "job.log").read_text() == "ran\n"
