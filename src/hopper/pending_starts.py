@@ -27,8 +27,18 @@ from hopper.core.prompt import BadPrompt
 from hopper.core.record import JobRecord
 from hopper.core.retry import StartCause, start_retry
 from hopper.core.states import Reason
+from hopper.executors.calls import Lane
 from hopper.executors.local import LocalExecutor, LocalStart
-from hopper.executors.protocol import Deferred, Ended, Executor, How, Launch, Report, Starting
+from hopper.executors.protocol import (
+    Deferred,
+    Ended,
+    Executor,
+    How,
+    Launch,
+    Report,
+    Start,
+    Starting,
+)
 from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
 from hopper.proc.forkclient import Lost
@@ -38,6 +48,7 @@ from hopper.store import ledger
 from hopper.store.jobfile import EXIT_FILE
 from hopper.store.layout import Layout, run_dir_gone
 from hopper.workspace import WorkspaceFailed
+from hopper.workspace_start import WorkspaceStart
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +81,7 @@ class PendingStarts:
     never_ran: Callable[[Ended], None]  # it ends before it ran: the runner files it, leased
     handed_back: Callable[[JobRecord], None]  # its executor deferred it: back to the queue
     _starting: dict[str, Starting] = field(default_factory=dict)  # begun, not yet released
+    lane: Lane = field(default_factory=lambda: Lane("workspace"))  # git worktree add, off the loop
     _ahead: LocalStart | None = None  # begun for the next job while every slot is busy
     _no_ahead: str | None = None  # the job whose start ahead failed: left to its real start
     _tries: dict[str, int] = field(default_factory=dict)  # job id -> failed starts in a row
@@ -244,13 +256,13 @@ class PendingStarts:
 
     def _start(self, record: JobRecord) -> None:
         run_dir = self.layout.run_dir(record.id)
-        launch = self._launch(record, run_dir)
-        if isinstance(launch, Ended):
-            self.never_ran(launch)
+        if record.workspace == "worktree":  # git may take long: off the loop
+            layout = self.layout
+            call = self.lane.submit(lambda: prepare.with_workspace(layout, record))
+            self._starting[record.id] = WorkspaceStart(record, run_dir, call, self._begin)
+            self.scale.starting.add(record.id)
             return
-        if record.id in self._tries:  # an abandoned start's supervisor may have left one
-            (run_dir / EXIT_FILE).unlink(missing_ok=True)
-        result = self.executor_for(record).start(launch)
+        result = self._begin(record, run_dir, workspace=True)
         if isinstance(result, Running):
             self._started(result)
         elif isinstance(result, Starting):
@@ -262,9 +274,22 @@ class PendingStarts:
         else:
             self.never_ran(result)
 
-    def _launch(self, record: JobRecord, run_dir: Path) -> Launch | Ended:
+    def _begin(self, record: JobRecord, run_dir: Path, *, workspace: bool = False) -> Start:
+        """Prepare the launch and hand it to the executor (``workspace``: make the
+        workspace first; a worktree's is made on the lane before, WorkspaceStart)."""
+        launch = self._launch(record, run_dir, workspace=workspace)
+        if isinstance(launch, Ended):
+            return launch
+        if record.id in self._tries:  # an abandoned start's supervisor may have left one
+            (run_dir / EXIT_FILE).unlink(missing_ok=True)
+        return self.executor_for(record).start(launch)
+
+    def _launch(
+        self, record: JobRecord, run_dir: Path, *, workspace: bool = True
+    ) -> Launch | Ended:
         try:
-            record = prepare.with_workspace(self.layout, record)
+            if workspace:
+                record = prepare.with_workspace(self.layout, record)
         except WorkspaceFailed as exc:
             why = f"{record.inbox_path}: {exc}"
             return Ended(record, run_dir, How.REJECTED, Reason.WORKSPACE_FAILED, why)
@@ -296,6 +321,10 @@ class PendingStarts:
         for start in ready:
             del self._starting[start.record.id]
             report = self._report(start)
+            if isinstance(report, Running):  # started at once (an executor that needs no gate)
+                done.append(start.record.id)
+                self._started(report)
+                continue
             if isinstance(report, Starting):
                 self._starting[start.record.id] = report  # its next stage: settled later
                 continue
@@ -355,6 +384,10 @@ class PendingStarts:
             start.hurry()  # one waiting on an engine goes back to the queue
         while self._starting:
             self.settle(timeout=0.05)
+
+    def close(self) -> None:
+        """The watcher is going away (after :meth:`finish`): no more git on the lane."""
+        self.lane.close()
 
     def waiting_on(self) -> list[Starting]:
         """What the loop's sleep should wake for besides its own pipe."""

@@ -104,6 +104,7 @@ class Runner:
 
     def close(self) -> None:
         self.guard.step("shut-down: starts on their way", self.finish_starts)
+        self.guard.step("shut-down: the starts' lane", self._starts.close)
         for name, executor in self.executors.items():
             self.guard.step(f"shut-down: executor {name}", executor.close)
         self._watch.close()

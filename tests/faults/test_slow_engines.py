@@ -17,7 +17,9 @@ goes back to the queue) with a reason naming the command and its deadline.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -283,5 +285,44 @@ def test_a_hung_engine_at_a_container_jobs_end_costs_only_its_job(
     wait_for(lambda: dead(pid_file), what="the hung engine call killed")
     ping_gap, beat_gap = systemd.gaps(began, ended)
     print(f"hung inspect at the end: max WATCHDOG gap {ping_gap:.2f}s, heartbeat {beat_gap:.2f}s")
+    assert ping_gap < WATCHDOG_SEC * 0.75, f"WATCHDOG=1 {ping_gap:.2f}s apart"
+    assert beat_gap < 1.5, f"heartbeat {beat_gap:.2f}s apart"
+
+
+def test_a_slow_git_worktree_add_never_stops_the_loop(
+    layout: Layout, config_file: Path, watchers, systemd: Systemd, tmp_path: Path
+) -> None:
+    """`git worktree add` takes 8 s (a big checkout, a lock): the loop pings on, bash
+    jobs start and finish meanwhile, and the worktree job then runs in its worktree."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (
+        ["init", "-q", "-b", "main"],
+        ["config", "user.email", "t@example.com"],
+        ["config", "user.name", "t"],
+        ["commit", "-q", "--allow-empty", "-m", "init"],
+    ):
+        subprocess.run(["git", "-C", str(repo), *args], check=True)
+    real_git = shutil.which("git")
+    bin_dir, slow = tmp_path / "bin", tmp_path / "git-slow"
+    bin_dir.mkdir()
+    script(
+        bin_dir / "git",
+        f'case " $* " in *" worktree add "*) touch {slow}; sleep 8 ;; esac\nexec {real_git} "$@"\n',
+    )
+    env = {**systemd.env(), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    watchers.start(env=env)
+    drop(layout, "tree", bash("pwd", workdir=str(repo), workspace="worktree"))
+    wait_for(slow.exists, what="git worktree add under way")
+    began = time.monotonic()
+    bash_jobs_run_meanwhile(layout, ["a", "b"])
+    assert state_of(layout, "tree") is JobState.QUEUED, "the bash jobs waited for git"
+    wait_for(lambda: state_of(layout, "tree") is JobState.SUCCEEDED, what="the worktree job")
+    ended = time.monotonic()
+    record = record_of(layout, "tree")
+    log = (layout.run_dir(record.id) / "job.log").read_text()  # type: ignore[attr-defined]
+    assert log.strip() == str(layout.root / "worktrees" / record.id)  # type: ignore[attr-defined]
+    ping_gap, beat_gap = systemd.gaps(began, ended)
+    print(f"slow worktree add: max WATCHDOG gap {ping_gap:.2f}s, heartbeat gap {beat_gap:.2f}s")
     assert ping_gap < WATCHDOG_SEC * 0.75, f"WATCHDOG=1 {ping_gap:.2f}s apart"
     assert beat_gap < 1.5, f"heartbeat {beat_gap:.2f}s apart"

@@ -122,7 +122,8 @@ class Starting(ABC):
 
 
 Start = Running | Deferred | Ended | Starting  # started, wait, never ran, or on its way
-Report = Step | Ended | Starting | Deferred  # what a Starting reports (see its report())
+# What a Starting reports (see its report()); Running: a next stage that started at once.
+Report = Step | Ended | Starting | Deferred | Running
 
 
 @dataclass(frozen=True)
