@@ -27,10 +27,8 @@ from pathlib import Path
 FORKSERVER_SCRIPT = Path(__file__).with_name("forkserver.py")
 # The environment of every supervisor (and of the fork server): the job's own comes in its spec.
 SUPERVISOR_ENV = {"PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"}
-FAULT_ENV = (
-    "HOPPER_CRASH_AT",
-    "HOPPER_FAULT_TOKENS",
-)  # passed on to the fork server (hopper/faults.py)
+# Passed on to the fork server, which honours fault points (hopper/faults.py's FORK_FAULTS).
+FAULT_ENV = ("HOPPER_CRASH_AT", "HOPPER_FAULT_TOKENS")
 REPLY_TIMEOUT = 10.0  # seconds a fork request may take (the first one waits for the boot)
 EXIT_WAIT = 10.0  # seconds a supervisor killed by the watcher gets to be reported gone
 UNKNOWN_STATUS = 255  # the returncode of a supervisor whose fork server died before it did
