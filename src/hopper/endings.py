@@ -208,20 +208,23 @@ class Endings:
         return queued
 
     def tidy_worktree(self, final: JobRecord, run_dir: Path) -> None:
-        """Remove the worktree after a success (the branch stays), else report it kept."""
+        """Remove the worktree after a success (the branch stays), else report it kept.
+
+        git may be slow (a big tree, a held lock): the removal runs on the hooks'
+        thread, before the job's hooks, never on the watcher's loop.
+        """
         now = self.clock.now()
         if final.state is JobState.SUCCEEDED:
-            why = remove_worktree(final)
-            if why is None:
-                ledger.note(
-                    run_dir,
-                    "workspace_removed",
-                    now,
-                    path=final.workspace_path,
-                    branch=final.branch,
-                )
-            else:
-                ledger.note(run_dir, "workspace_kept", now, path=final.workspace_path, why=why)
+
+            def remove() -> None:
+                why = remove_worktree(final)
+                path, at = final.workspace_path, self.clock.now()
+                if why is None:
+                    ledger.note(run_dir, "workspace_removed", at, path=path, branch=final.branch)
+                else:
+                    ledger.note(run_dir, "workspace_kept", at, path=path, why=why)
+
+            self.hooks.submit([remove])
         else:
             ledger.note(
                 run_dir,

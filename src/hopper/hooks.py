@@ -32,6 +32,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,12 +97,14 @@ class HookRunner:
     def __init__(self, clock: Clock, env: dict[str, str] | None = None) -> None:
         self.clock = clock
         self.env = env if env is not None else dict(os.environ)
-        self._queue: queue.Queue[HookCall | None] = queue.Queue()
+        self._queue: queue.Queue[HookCall | Callable[[], None] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._work, name="hopper-hooks", daemon=True)
         self._started = False
         self._current: str | None = None  # the token of the hook command running now
 
-    def submit(self, calls: list[HookCall]) -> None:
+    def submit(self, calls: Sequence[HookCall | Callable[[], None]]) -> None:
+        """Queue hook calls, or a chore of a job's end that may be slow (git worktree
+        remove): run in order on this thread, never on the watcher's loop."""
         if not calls:
             return
         if not self._started:
@@ -134,7 +137,10 @@ class HookRunner:
             try:
                 if call is None:
                     return
-                self._run(call)
+                if isinstance(call, HookCall):
+                    self._run(call)
+                else:
+                    _chore(call)
             finally:
                 self._queue.task_done()
 
@@ -284,6 +290,13 @@ class _Output:
             if not chunk:
                 return
             self.take(chunk)
+
+
+def _chore(chore: Callable[[], None]) -> None:
+    try:
+        chore()
+    except Exception:  # a chore must never take the thread down
+        log.exception("a chore of a job's end failed")
 
 
 def _end_tree(proc: subprocess.Popen[bytes], token: str, *, grace: float) -> None:

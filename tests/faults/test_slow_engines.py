@@ -289,11 +289,8 @@ def test_a_hung_engine_at_a_container_jobs_end_costs_only_its_job(
     assert beat_gap < 1.5, f"heartbeat {beat_gap:.2f}s apart"
 
 
-def test_a_slow_git_worktree_add_never_stops_the_loop(
-    layout: Layout, config_file: Path, watchers, systemd: Systemd, tmp_path: Path
-) -> None:
-    """`git worktree add` takes 8 s (a big checkout, a lock): the loop pings on, bash
-    jobs start and finish meanwhile, and the worktree job then runs in its worktree."""
+def git_repo_and_slow_git(tmp_path: Path, verb: str) -> tuple[Path, Path, dict[str, str]]:
+    """A repository, and a `git` first on PATH that takes 8 s over `worktree VERB`."""
     repo = tmp_path / "repo"
     repo.mkdir()
     for args in (
@@ -308,10 +305,19 @@ def test_a_slow_git_worktree_add_never_stops_the_loop(
     bin_dir.mkdir()
     script(
         bin_dir / "git",
-        f'case " $* " in *" worktree add "*) touch {slow}; sleep 8 ;; esac\nexec {real_git} "$@"\n',
+        f'case " $* " in *" worktree {verb} "*) touch {slow}; sleep 8 ;; esac\n'
+        f'exec {real_git} "$@"\n',
     )
-    env = {**systemd.env(), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    watchers.start(env=env)
+    return repo, slow, {"PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def test_a_slow_git_worktree_add_never_stops_the_loop(
+    layout: Layout, config_file: Path, watchers, systemd: Systemd, tmp_path: Path
+) -> None:
+    """`git worktree add` takes 8 s (a big checkout, a lock): the loop pings on, bash
+    jobs start and finish meanwhile, and the worktree job then runs in its worktree."""
+    repo, slow, path = git_repo_and_slow_git(tmp_path, "add")
+    watchers.start(env={**systemd.env(), **path})
     drop(layout, "tree", bash("pwd", workdir=str(repo), workspace="worktree"))
     wait_for(slow.exists, what="git worktree add under way")
     began = time.monotonic()
@@ -324,5 +330,31 @@ def test_a_slow_git_worktree_add_never_stops_the_loop(
     assert log.strip() == str(layout.root / "worktrees" / record.id)  # type: ignore[attr-defined]
     ping_gap, beat_gap = systemd.gaps(began, ended)
     print(f"slow worktree add: max WATCHDOG gap {ping_gap:.2f}s, heartbeat gap {beat_gap:.2f}s")
+    assert ping_gap < WATCHDOG_SEC * 0.75, f"WATCHDOG=1 {ping_gap:.2f}s apart"
+    assert beat_gap < 1.5, f"heartbeat {beat_gap:.2f}s apart"
+
+
+def test_a_slow_git_worktree_remove_never_stops_the_loop(
+    layout: Layout, config_file: Path, watchers, systemd: Systemd, tmp_path: Path
+) -> None:
+    """`git worktree remove` after a success takes 8 s: the loop pings on, bash jobs start
+    and finish meanwhile, and the worktree is then removed (event workspace_removed)."""
+    repo, slow, path = git_repo_and_slow_git(tmp_path, "remove")
+    watchers.start(env={**systemd.env(), **path})
+    drop(layout, "tree", bash("true", workdir=str(repo), workspace="worktree"))
+    wait_for(slow.exists, what="git worktree remove under way")
+    began = time.monotonic()
+    bash_jobs_run_meanwhile(layout, ["a", "b"])
+    run_dir = run_dir_of(layout, "tree")
+
+    def events() -> list[str]:
+        return [e["event"] for e in read_events(run_dir)]
+
+    assert "workspace_removed" not in events(), "the bash jobs waited for git"
+    wait_for(lambda: "workspace_removed" in events(), what="the worktree removed")
+    ended = time.monotonic()
+    assert not (layout.root / "worktrees" / run_dir.name).exists()
+    ping_gap, beat_gap = systemd.gaps(began, ended)
+    print(f"slow worktree remove: max WATCHDOG gap {ping_gap:.2f}s, heartbeat gap {beat_gap:.2f}s")
     assert ping_gap < WATCHDOG_SEC * 0.75, f"WATCHDOG=1 {ping_gap:.2f}s apart"
     assert beat_gap < 1.5, f"heartbeat {beat_gap:.2f}s apart"
