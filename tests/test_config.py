@@ -27,7 +27,7 @@ def test_defaults_without_any_file(tmp_path: Path) -> None:
     assert config == Config()
     assert config.default_agent == "claude"
     assert config.max_prompt_bytes == 1 << 20
-    assert (config.settle, config.rescan_interval, config.kill_grace) == (2.0, 5.0, 10.0)
+    assert (config.settle, config.rescan_interval, config.kill_grace) == (1.0, 5.0, 10.0)
 
 
 def test_lookup_order(tmp_path: Path) -> None:

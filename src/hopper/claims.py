@@ -2,11 +2,13 @@
 
 inotify (watchdog, on its own thread) only *hints* which inbox paths to look
 at; a full rescan every ``rescan_interval`` is the truth and catches whatever
-the hints missed. A prompt is complete when it was renamed in, closed, or no
-process holds it open for writing and it is older than ``settle``. Complete
-prompts wait in a backlog (store/inbox_backlog.py) and are claimed at most
-CLAIM_BATCH (or CLAIM_BUDGET seconds' worth) per turn, so starts and exits
-never wait behind a flood; what a claim yields goes to ``claimed``.
+the hints missed. A prompt is complete when it was renamed in, or, written in
+place, once it has not changed for ``settle`` seconds and no process holds it
+open for writing (store/inbox_settle.py: a prompt written in two steps is
+claimed once, whole). Complete prompts wait in a backlog
+(store/inbox_backlog.py) and are claimed at most CLAIM_BATCH (or CLAIM_BUDGET
+seconds' worth) per turn, so starts and exits never wait behind a flood; what
+a claim yields goes to ``claimed``.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
 from hopper.proc.openfiles import open_for_writing
 from hopper.store.claim import ClaimFailed
-from hopper.store.inbox import Candidate, candidate, in_scope, is_settled, scan
+from hopper.store.inbox import Candidate, candidate, in_scope, scan
 from hopper.store.inbox_backlog import Backlog
 from hopper.store.inbox_events import InboxEvents
+from hopper.store.inbox_settle import Settling
 from hopper.store.layout import Layout
 
 log = logging.getLogger(__name__)
@@ -58,7 +61,7 @@ class Claims:
         self.claimed = claimed  # a claimed record: queued, or filed at claim (rejected)
         self.backlog = Backlog()  # complete prompts not yet claimed, and their claim order
         self.skipped: set[Path] = set()  # logged once, not claimable
-        self.waiting: set[Path] = set()  # seen but not yet complete
+        self.waiting = Settling(config.settle)  # written in place, not yet still for `settle`
         self.next_rescan = 0.0
 
     def busy(self) -> bool:
@@ -76,12 +79,16 @@ class Claims:
     def turn(self) -> None:
         complete, pending, rescan = self.events.drain()
         inbox = self.layout.inbox
-        complete = {p for p in complete if in_scope(inbox, p)}  # hints obey the scan's rules
-        self.waiting |= {p for p in pending if in_scope(inbox, p)}
-        self.waiting -= complete
-        self.backlog.add(sorted(complete))
         mono = self.clock.monotonic()
-        if not self.backlog and (rescan or mono >= self.next_rescan or self.waiting):
+        complete = {p for p in complete if in_scope(inbox, p)}  # hints obey the scan's rules
+        written = {p for p in pending if in_scope(inbox, p)} - complete
+        self.waiting.forget(complete)
+        self.waiting.touched(written, mono)  # changed now: whole no sooner than `settle` on
+        self.backlog.discard(written)  # written again before its claim: it waits again
+        self.backlog.add(sorted(complete))
+        due = self.waiting.next_due()
+        settled_some = due is not None and due <= mono  # a prompt's settle time is up
+        if not self.backlog and (rescan or mono >= self.next_rescan or settled_some):
             self.rescan(full=rescan or mono >= self.next_rescan)
         elif rescan:
             self.next_rescan = 0.0  # after the backlog is claimed
@@ -103,31 +110,37 @@ class Claims:
 
     def rescan(self, *, full: bool) -> None:
         """Claim what is complete: the whole inbox, or (``full=False``) just the
-        prompts still being written, looked up one by one rather than walked."""
+        prompts written in place whose settle time is up, looked up one by one
+        rather than walked."""
+        mono = self.clock.monotonic()
         if full:
-            self.next_rescan = self.clock.monotonic() + self.config.rescan_interval
+            self.next_rescan = mono + self.config.rescan_interval
             candidates = list(scan(self.layout.inbox))
-            self.skipped &= {c.path for c in candidates}  # forget the ones that went away
+            found = {c.path for c in candidates}
+            self.skipped &= found  # forget the ones that went away
+            self.waiting.keep_only(found)
         else:
-            candidates = [c for p in sorted(self.waiting) if (c := candidate(p)) is not None]
-        self.waiting &= {c.path for c in candidates}
-        fresh = [c for c in candidates if c.path not in self.skipped]
-        writers = self._writers(fresh)
+            due = self.waiting.due(mono)
+            candidates = [c for p in due if (c := candidate(p)) is not None]
+            self.waiting.forget(set(due) - {c.path for c in candidates})  # gone
+        self.waiting.forget(c.path for c in candidates if c.path in self.skipped)
+        fresh = [c for c in candidates if c.path not in self.skipped and c.path not in self.backlog]
         now = self.clock.time()
+        still = [c for c in fresh if self.waiting.look(c.path, (c.size, c.mtime), now, mono)]
+        writers = self._writers(still)
         settled: list[Path] = []
-        for cand in fresh:
-            has_writer = None if writers is None else cand.path in writers
-            if is_settled(cand, now, self.config.settle, has_writer):
-                self.waiting.discard(cand.path)
+        for cand in still:
+            if writers is not None and cand.path in writers:
+                self.waiting.held(cand.path, mono)  # open for writing: never complete
+            else:  # nobody writes it, or /proc cannot tell: still for `settle` decides
+                self.waiting.forget([cand.path])
                 settled.append(cand.path)
-            else:
-                self.waiting.add(cand.path)
         self.backlog.add(settled)
 
     @staticmethod
-    def _writers(fresh: list[Candidate]) -> set[Path] | None:
-        # Every candidate, not only young ones: a writer may pause longer than `settle`.
-        return open_for_writing({c.path for c in fresh}) if fresh else set()
+    def _writers(still: list[Candidate]) -> set[Path] | None:
+        # Every still candidate, not only young ones: a writer may pause longer than `settle`.
+        return open_for_writing({c.path for c in still}) if still else set()
 
     def _take(self, path: Path) -> None:
         try:

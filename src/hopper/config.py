@@ -254,7 +254,11 @@ class Config(BaseModel):
         "long is dead: a survivor takes over its jobs; see docs/scale-out.md",
     )
     rescan_interval: Seconds = Field(5.0, gt=0, description="full inbox rescan period")
-    settle: Seconds = Field(2.0, description="a rescanned prompt still for this long is complete")
+    settle: Seconds = Field(
+        1.0,
+        description="a prompt written in place (not renamed in) is claimed once it has not "
+        "changed for this long and no process holds it open for writing",
+    )
     reconcile_interval: Seconds = Field(
         30.0, gt=0, description="how often half-done claims and orphaned jobs are recovered"
     )

@@ -1,9 +1,9 @@
-"""Finding prompts in the inbox, and deciding when one is complete.
+"""Finding prompts in the inbox.
 
 A ``*.prompt.md`` is complete when it appeared by rename (inotify
-IN_MOVED_TO), was closed after writing (IN_CLOSE_WRITE), or, found by a
-rescan, when no process holds it open for writing or its mtime has been
-still for ``settle`` seconds. Dot-names are never prompts, and directories
+IN_MOVED_TO), or, written in place or found by a rescan, once it has not
+changed for ``settle`` seconds and no process holds it open for writing
+(store/inbox_settle.py, claims.py). Dot-names are never prompts, and directories
 are descended into (a directory named ``x.prompt.md`` is a folder, not a prompt).
 """
 
@@ -129,15 +129,3 @@ def in_scope(inbox: Path, path: Path) -> bool:
         and not any(part.startswith(".") for part in folders)
         and is_prompt_name(parts[-1])
     )
-
-
-def is_settled(candidate: Candidate, now: float, settle: float, has_writer: bool | None) -> bool:
-    """Complete enough to claim? ``has_writer`` None means we could not tell.
-
-    A file some process holds open for writing is never complete, however long
-    its mtime has been still (a slow writer may pause); only when /proc cannot
-    tell does the mtime decide.
-    """
-    if has_writer is not None:
-        return not has_writer
-    return now - candidate.mtime >= settle

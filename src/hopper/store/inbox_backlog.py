@@ -42,6 +42,19 @@ class Backlog:
         for path in group:
             self._where[path] = group
 
+    def discard(self, paths: Iterable[Path]) -> None:
+        """Take ``paths`` out wherever they wait (written again before their claim)."""
+        for path in paths:
+            group = self._where.pop(path, None)
+            if group is None:
+                continue
+            del group[path]
+            if not group:  # by identity: an emptied group is removed at once, so it is unique
+                for i, other in enumerate(self._groups):
+                    if other is group:
+                        del self._groups[i]
+                        break
+
     def batch(self, limit: int) -> Iterator[Path]:
         """Up to ``limit`` paths, each removed from the backlog as it is yielded.
 

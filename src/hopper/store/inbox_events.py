@@ -1,9 +1,11 @@
 """inotify (through watchdog) as hints: which inbox paths to look at now.
 
 Events are hints; the periodic rescan in the watcher is the truth. A prompt
-that appeared by rename (moved_to) or was closed after writing (closed) is
-complete; a created or modified one is only pending until it closes or
-settles. Directory moves and overflows trigger a full rescan.
+that appeared by rename (``IN_MOVED_TO``, from inside the inbox or from
+outside it) is complete; one created, modified or closed after writing in
+place is only pending: it is whole once it has not changed for ``settle``
+seconds (store/inbox_settle.py). Directory moves and overflows trigger a full
+rescan.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from watchdog.events import (
     FileSystemEvent,
     FileSystemEventHandler,
 )
-from watchdog.observers.inotify import InotifyEmitter, InotifyObserver, InotifyWatchGroup
+from watchdog.observers.inotify import InotifyFullEmitter, InotifyObserver, InotifyWatchGroup
 from watchdog.observers.inotify_c import InotifyConstants, InotifyEvent, Mask
 from watchdog.observers.inotify_move_event_grouper import InotifyMoveEventGrouper
 
@@ -56,11 +58,10 @@ class InboxEvents(FileSystemEventHandler):
         if isinstance(event, DirMovedEvent):
             self._mark_rescan()
             return
-        if isinstance(event, FileMovedEvent):
+        if isinstance(event, FileMovedEvent):  # dest "" (moved out of the inbox): no prompt
             self._add(Path(_text(event.dest_path)), complete=True)
-        elif isinstance(event, FileClosedEvent):
-            self._add(Path(_text(event.src_path)), complete=True)
-        elif isinstance(event, FileCreatedEvent | FileModifiedEvent):
+        elif isinstance(event, FileCreatedEvent | FileModifiedEvent | FileClosedEvent):
+            # Written in place: a close is not the end (`echo b >> x.prompt.md` may follow).
             self._add(Path(_text(event.src_path)), complete=False)
 
     def _add(self, path: Path, *, complete: bool) -> None:
@@ -152,7 +153,11 @@ def _walk(top: bytes, levels: int) -> Iterator[tuple[bytes, list[bytes], list[by
         stack.extend((os.path.join(folder, d), level + 1) for d in dirs)
 
 
-class _BoundedEmitter(InotifyEmitter):
+class _BoundedEmitter(InotifyFullEmitter):
+    """Full events: a file renamed in from outside the inbox (an ``IN_MOVED_TO`` with no
+    ``IN_MOVED_FROM`` to pair) is a move, as it is, not the creation stock watchdog
+    reports; so it is claimed at once like any rename, not after ``settle``."""
+
     def on_thread_start(self) -> None:
         self._inotify = _BoundedWatchGroup(
             self._inotify_fd,
