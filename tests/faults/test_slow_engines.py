@@ -358,3 +358,38 @@ def test_a_slow_git_worktree_remove_never_stops_the_loop(
     print(f"slow worktree remove: max WATCHDOG gap {ping_gap:.2f}s, heartbeat gap {beat_gap:.2f}s")
     assert ping_gap < WATCHDOG_SEC * 0.75, f"WATCHDOG=1 {ping_gap:.2f}s apart"
     assert beat_gap < 1.5, f"heartbeat {beat_gap:.2f}s apart"
+
+
+def test_recovery_waits_on_a_hung_squeue_with_keepalives(
+    layout: Layout, config_file: Path, watchers, systemd: Systemd, tmp_path: Path
+) -> None:
+    """A watcher killed while its Slurm job runs; the next one's recovery must ask Slurm,
+    and squeue hangs: it waits for the call with heartbeat and WATCHDOG=1 going, the call
+    is killed at its deadline, and the job is adopted (never read as lost), then finished."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "slurm-state"
+    fake_slurm(bin_dir, state)
+    config_file.write_text(FAST_CONFIG + f'\n[slurm]\ncommand_timeout = "{DEADLINE}s"\n')
+    env = {**systemd.env(), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    state.write_text("RUNNING")
+    first = watchers.start(env=env)
+    drop(layout, "remote", bash("echo on-slurm", executor="slurm"))
+    wait_for(lambda: state_of(layout, "remote") is JobState.RUNNING, what="running")
+    first.kill()
+    first.wait()
+    (tmp_path / "squeue-hangs").touch()
+    watchers.start(env=env)
+    wait_for(lambda: (tmp_path / "squeue.pid").exists(), what="recovery's squeue hanging")
+    began = time.monotonic()
+    wait_for(lambda: dead(tmp_path / "squeue.pid"), what="the hung squeue killed")
+    ended = time.monotonic()
+    assert ended - began < DEADLINE + 5.0, "not at its deadline"
+    run_dir = run_dir_of(layout, "remote")
+    assert state_of(layout, "remote") is JobState.RUNNING  # Slurm did not answer: not lost
+    (tmp_path / "squeue-hangs").unlink()
+    state.write_text("COMPLETED")
+    wait_for(lambda: state_of(layout, "remote") is JobState.SUCCEEDED, what="finished")
+    assert "adopted" in [e["event"] for e in read_events(run_dir)]
+    ping_gap, beat_gap = systemd.gaps(began, ended)
+    print(f"recovery on a hung squeue: max WATCHDOG gap {ping_gap:.2f}s, heartbeat {beat_gap:.2f}s")
+    assert ping_gap < WATCHDOG_SEC * 0.75, f"WATCHDOG=1 {ping_gap:.2f}s apart"
+    assert beat_gap < 1.5, f"heartbeat {beat_gap:.2f}s apart"
