@@ -193,6 +193,13 @@ if [ -x "$dest$venv/bin/python" ]; then upgrade=1; else
 fi
 pip_spec="$source_spec"
 [ "$web" = 0 ] || pip_spec="$source_spec[web]"   # the dashboard's extra: starlette, uvicorn
+if [ "$upgrade" = 1 ] && "$dest$venv/bin/python" -m pip show --quiet hopper >/dev/null 2>&1; then
+    # This venv holds hopper under its old distribution name, "hopper" (before 0.1.0 was
+    # renamed hopper-jobs: "hopper" on PyPI is another project). Two distributions owning
+    # one package and one command would break at the next uninstall: remove the old first.
+    "$dest$venv/bin/python" -m pip uninstall --quiet --yes hopper
+    echo "removed:   the old distribution name 'hopper' (now hopper-jobs) from $dest$venv"
+fi
 "$dest$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade "$pip_spec"
 version="$("$dest$hopper_bin" --version)"
 echo "installed: $dest$hopper_bin ($version)"

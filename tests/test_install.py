@@ -66,8 +66,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    (whl,) = out.glob("hopper-*.whl")
+    (whl,) = out.glob("hopper_jobs-*.whl")  # the distribution: PyPI's "hopper" is not ours
     return whl
+
+
+def distributions(venv: Path) -> set[str]:
+    listed = run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"], {})
+    assert listed.returncode == 0, listed.stderr
+    return {line.split("==")[0].lower() for line in listed.stdout.splitlines()}
 
 
 @dataclass
@@ -340,6 +346,37 @@ def test_usage_errors_exit_2(args: list[str], tmp_path: Path) -> None:
 
 
 # --- uninstall (last: it removes the session's installs) ----------------------------
+
+
+def test_an_install_under_the_old_name_is_replaced(wheel: Path, tmp_path: Path) -> None:
+    """A venv that holds hopper as the distribution "hopper" (its name before
+    hopper-jobs) is upgraded to one distribution, hopper-jobs, not two owning one package."""
+    old = tmp_path / "old-src"
+    shutil.copytree(REPO / "src", old / "src", ignore=shutil.ignore_patterns("*.egg-info"))
+    shutil.copy(REPO / "README.md", old / "README.md")
+    text = (REPO / "pyproject.toml").read_text()
+    (old / "pyproject.toml").write_text(text.replace('name = "hopper-jobs"', 'name = "hopper"'))
+    built = run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(old), "-w", str(tmp_path)],
+        dict(os.environ),
+    )
+    assert built.returncode == 0, built.stderr
+    (old_wheel,) = tmp_path.glob("hopper-0*.whl")
+    inst = Install(tmp_path / "inst", old_wheel, system=False)
+    inst.home.mkdir(parents=True)
+    first = inst.run()
+    assert first.returncode == 0, first.stdout + first.stderr
+    venv = inst.home / ".local" / "share" / "hopper" / "venv"
+    assert {"hopper", "hopper-jobs"} & distributions(venv) == {"hopper"}
+
+    inst.wheel = wheel
+    again = inst.run()
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "removed:   the old distribution name 'hopper' (now hopper-jobs)" in again.stdout
+    assert {"hopper", "hopper-jobs"} & distributions(venv) == {"hopper-jobs"}
+    version = run([str(inst.hopper), "--version"], inst.env)
+    assert (version.returncode, version.stdout.split()[0]) == (0, "hopper")
+    assert "removed:" not in inst.run().stdout  # once only
 
 
 def test_uninstall_removes_what_it_installed(system: Install, user: Install) -> None:

@@ -28,7 +28,8 @@ def test_without_the_extra_it_names_the_install_command(
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # import uvicorn -> ImportError
     assert main(["web", "--root", str(layout.root)]) == 1
     err = capsys.readouterr().err
-    assert "pip install 'hopper[web]'" in err and "uvicorn" in err
+    assert "./install.sh --web" in err and "-m pip install '.[web]'" in err and "uvicorn" in err
+    assert "not 'pip install hopper[web]'" in err  # PyPI's "hopper" is someone else's
 
 
 def test_hopper_web_prints_the_url_and_serves_it(layout: Layout, tmp_path: Path) -> None:

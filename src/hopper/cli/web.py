@@ -8,6 +8,7 @@ loads Starlette or uvicorn.
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from hopper.cli.common import EXIT_FAILED, add_root_args, context, warn
@@ -15,8 +16,9 @@ from hopper.cli.common import EXIT_FAILED, add_root_args, context, warn
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8642
 MISSING_EXTRA = (
-    "the web dashboard needs the 'web' extra ({missing} is not installed): "
-    "pip install 'hopper[web]'  (or ./install.sh --web)"
+    "the web dashboard needs the 'web' extra ({missing} is not installed): re-run "
+    "./install.sh --web in the hopper checkout, or there: {python} -m pip install '.[web]' "
+    "(not 'pip install hopper[web]': 'hopper' on PyPI is another project)"
 )
 
 
@@ -38,7 +40,7 @@ def handle(args: argparse.Namespace) -> int:
     try:
         from hopper.web.server import serve
     except ImportError as exc:
-        warn(MISSING_EXTRA.format(missing=exc.name or "starlette"))
+        warn(MISSING_EXTRA.format(missing=exc.name or "starlette", python=sys.executable))
         return EXIT_FAILED
     layout, config = context(args)
     layout.ensure()
