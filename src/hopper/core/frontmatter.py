@@ -31,6 +31,17 @@ def _value(value: Value) -> str:
     return "{ " + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + " }"
 
 
+def renderable(value: object) -> bool:
+    """Whether :func:`render` can write ``value``: a :data:`Value`, nothing nested deeper."""
+    if isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list):
+        return all(isinstance(v, str) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+    return False
+
+
 def render(options: dict[str, Value]) -> str:
     """``+++`` … ``+++`` with one ``key = value`` line per option, or "" if empty."""
     if not options:

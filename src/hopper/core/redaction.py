@@ -81,16 +81,6 @@ def _env_values(front: dict[str, Any] | None) -> list[str]:
     return [v for v in env.values() if isinstance(v, str)]
 
 
-def _renderable(value: object) -> bool:
-    if isinstance(value, bool | int | float | str):
-        return True
-    if isinstance(value, list):
-        return all(isinstance(v, str) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
-    return False
-
-
 def redact(text: str, values: Iterable[str] = ()) -> str:
     """``text`` without its env values (those of its front matter, and ``values``).
 
@@ -123,7 +113,7 @@ def redact(text: str, values: Iterable[str] = ()) -> str:
                 new[key] = [scrub(v) if isinstance(v, str) else v for v in value]
             else:
                 new[key] = value
-        if all(_renderable(v) for v in new.values()):
+        if all(frontmatter.renderable(v) for v in new.values()):
             return frontmatter.render(new) + scrub(parts.body)
     if not _MENTIONS_ENV.search(front_text) and not any(v in front_text for v in secrets):
         return f"{FENCE}\n{scrub(front_text)}\n{FENCE}\n{scrub(parts.body)}"
@@ -154,6 +144,6 @@ def restore(text: str, values: Mapping[str, str]) -> str:
         raise ValueError("its front matter is not TOML hopper can read")
     env = parts.front.get("env")
     front = {**parts.front, "env": {**(env if isinstance(env, dict) else {}), **values}}
-    if not all(_renderable(v) for v in front.values()):
+    if not all(frontmatter.renderable(v) for v in front.values()):
         raise ValueError("its front matter holds values hopper cannot rewrite as flat TOML")
     return frontmatter.render(front) + parts.body

@@ -117,20 +117,10 @@ def front_matter(payload: dict[str, Any]) -> dict[str, frontmatter.Value]:
             raise Refused(f"unknown key {key!r}; known keys: body, to, {', '.join(known)}")
         if key == "after" and isinstance(value, str):
             value = [v for v in re.split(r"[\s,]+", value) if v]
-        if not _is_value(value):
+        if not frontmatter.renderable(value):
             raise Refused(
                 f"{key}: a string, number, boolean, list of strings or table of strings, "
                 f"not {type(value).__name__}"
             )
         out[key] = value
     return out
-
-
-def _is_value(value: object) -> bool:
-    if isinstance(value, str | bool | int | float):
-        return True
-    if isinstance(value, list):
-        return all(isinstance(v, str) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
-    return False
