@@ -114,3 +114,27 @@ def test_readme_lists_every_exit_code_the_cli_defines() -> None:
     documented = {int(code) for code in re.findall(r"^\| `(\d+)` \|", section, re.M)}
     defined = {v for k, v in vars(common).items() if k.startswith("EXIT_")}
     assert documented == defined
+
+
+def test_wait_looks_again_for_a_prompt_found_nowhere_while_it_is_claimed(
+    layout: Layout,
+) -> None:
+    """The claim's race: one look misses the new job.json, the next sees the prompt
+    no longer claiming; ``hopper wait`` must not call the job unknown (exit 1)."""
+    from hopper.cli.wait import _claimed_id
+    from hopper.errors import JobNotFound
+    from hopper.store.lookup import JobNotClaimed
+
+    job_id = plant(layout, "soon", JobState.QUEUED)
+    answers: list[Exception | None] = [JobNotClaimed("waits"), JobNotFound("nowhere"), None]
+
+    def find(_: Layout, ref: str) -> JobRecord:
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+        return JobRecord.model_validate_json((layout.run_dir(job_id) / "job.json").read_text())
+
+    assert _claimed_id(layout, "soon", None, find=find, sleep=lambda _: None) == job_id
+    answers[:] = [JobNotFound("nowhere"), None]
+    with pytest.raises(JobNotFound):  # never seen waiting: unknown at once, no second look
+        _claimed_id(layout, "typo", None, find=find, sleep=lambda _: None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from hopper.cli.common import (
@@ -30,12 +31,14 @@ from hopper.cli.common import (
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState, is_terminal
 from hopper.core.terminal import terminal_safe
+from hopper.errors import JobNotFound
 from hopper.store.inbox import scan
 from hopper.store.jobfile import JOB_FILE, PROMPT_FILE, iter_run_dirs, read_record
 from hopper.store.layout import Layout
 from hopper.store.lookup import JobNotClaimed
 
 POLL = 0.2
+IN_TRANSIT = 5.0  # seconds a prompt seen waiting may be nowhere while it is claimed
 
 
 def register(sub: Any) -> None:
@@ -84,16 +87,33 @@ def _expired(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() > deadline
 
 
-def _claimed_id(layout: Layout, ref: str, deadline: float | None) -> str:
+def _claimed_id(
+    layout: Layout,
+    ref: str,
+    deadline: float | None,
+    find: Callable[[Layout, str], JobRecord] = find_job,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
     """The job ``ref`` names; a prompt still in the inbox is waited for until it is
-    claimed (``hopper submit x && hopper wait x`` must not race the watcher)."""
+    claimed (``hopper submit x && hopper wait x`` must not race the watcher).
+
+    A prompt seen waiting may be found nowhere for a moment: one look at the runs
+    missed its job.json and the next look, for a claim in progress, saw it written.
+    Not found within ``IN_TRANSIT`` seconds of last being seen waiting is looked for
+    again, not reported as unknown.
+    """
+    seen_waiting: float | None = None
     while True:
         try:
-            return find_job(layout, ref).id
+            return find(layout, ref).id
         except JobNotClaimed:
+            seen_waiting = time.monotonic()
             if _expired(deadline):
                 raise
-            time.sleep(POLL)
+        except JobNotFound:
+            if seen_waiting is None or time.monotonic() - seen_waiting > IN_TRANSIT:
+                raise
+        sleep(POLL)
 
 
 def _wait_ids(layout: Layout, ids: list[str], deadline: float | None) -> list[JobRecord] | None:
