@@ -1,7 +1,8 @@
 """``hopper web``: the dashboard, a small ASGI app over the same files as the CLI.
 
-Optional: it needs the ``web`` extra (``pip install 'hopper[web]'``: Starlette
-and uvicorn). Nothing outside this package imports it, so the core stays lean.
+Optional: it needs the ``web`` extra (Starlette and uvicorn: ``./install.sh --web``,
+or ``pip install -e '.[web]'`` in the checkout; PyPI's ``hopper`` is another project).
+Nothing outside this package imports it, so the core stays lean.
 
 Rooms: ``token.py`` (the web-token file), ``gate.py`` (who may ask what:
 token, cookie, CSRF), ``catalog.py`` (the status index, on one thread),
