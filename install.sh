@@ -249,8 +249,8 @@ EOF
     fi
     if [ "$web" = 1 ]; then
         step "$s${systemctl[*]} enable --now hopper-web" "the dashboard on 127.0.0.1:8642"
-        jflag=""; [ "$mode" = system ] || jflag="--user "
-        step "${s}journalctl ${jflag}-u hopper-web" "its URL, with the token (docs/web.md)"
+        u=""; [ "$mode" = system ] && u="sudo -u hopper "
+        step "$u$bin_link web --print-url --root $state_dir" "its URL, with the token (docs/web.md)"
     fi
     if [ "$mode" = system ]; then
         step "sudoedit /etc/hopper/env" "API keys for the agents"

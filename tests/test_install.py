@@ -320,6 +320,9 @@ def test_system_install_with_web(wheel: Path, tmp_path: Path) -> None:
         f"ExecStart={SYSTEM_BIN} web --root /var/lib/hopper --host 127.0.0.1 --port 8642\n" in text
     )
     assert "sudo systemctl enable --now hopper-web" in result.stdout
+    # the URL from the token file, not from the journal (hopper web never prints it there)
+    print_url = "sudo -u hopper /usr/local/bin/hopper web --print-url --root /var/lib/hopper"
+    assert print_url in result.stdout
     staged = tmp_path / "hopper-web.service"
     staged.write_text(text.replace(f"ExecStart={SYSTEM_BIN} ", f"ExecStart={inst.hopper} "))
     checked = verify(staged, user_mode=False, tmp_path=tmp_path)

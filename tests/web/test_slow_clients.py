@@ -94,7 +94,7 @@ def hopper_web(layout: Layout, nofile: int | None = None) -> Iterator[Web]:
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "hopper", "web", "--root", root, "--port", str(port)],
-        stdout=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         text=True,
         preexec_fn=limit,  # setrlimit only, before exec
@@ -102,10 +102,8 @@ def hopper_web(layout: Layout, nofile: int | None = None) -> Iterator[Web]:
     server = Web(proc, port, "")
     sampler = threading.Thread(target=server.sample, daemon=True)
     try:
-        assert proc.stdout is not None
-        proc.stdout.readline()  # the URL: the token file is written
-        server.token = read_token(token_path(layout))
         poll_until(lambda: listening(port), 30, "hopper web to listen", check=server.alive)
+        server.token = read_token(token_path(layout))  # written before the port listens
         sampler.start()
         yield server
     finally:

@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Any
 
-from hopper.cli.common import EXIT_FAILED, add_root_args, context, warn
+from hopper.cli.common import EXIT_FAILED, EXIT_USAGE, add_root_args, context, warn
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8642
@@ -33,15 +33,36 @@ def register(sub: Any) -> None:
         help="replace the token first: every script's token and every signed-in browser "
         "stop working (revokes a leaked token or session cookie)",
     )
+    p.add_argument(
+        "--print-url",
+        action="store_true",
+        help="print the sign-in URL (with the token) for --host/--port and exit; a "
+        "'hopper web' not on a terminal (a service, a pipe) does not print it",
+    )
     p.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
+    if args.print_url and args.new_token:
+        warn(
+            "--print-url with --new-token would print a token the running "
+            "dashboard does not know: restart it with --new-token, then --print-url"
+        )
+        return EXIT_USAGE
     try:
-        from hopper.web.server import serve
+        from hopper.web.listen import PortInUse
+        from hopper.web.server import serve, url_for
+        from hopper.web.token import load_or_create
     except ImportError as exc:
         warn(MISSING_EXTRA.format(missing=exc.name or "starlette", python=sys.executable))
         return EXIT_FAILED
     layout, config = context(args)
     layout.ensure()
-    return serve(layout, config, args.host, args.port, new_token=args.new_token)
+    if args.print_url:
+        print(url_for(args.host, args.port, load_or_create(layout)))
+        return 0
+    try:
+        return serve(layout, config, args.host, args.port, new_token=args.new_token)
+    except PortInUse as exc:
+        print(f"hopper web: {exc}", file=sys.stderr)
+        return EXIT_FAILED

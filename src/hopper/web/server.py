@@ -13,6 +13,7 @@ from hopper.store.layout import Layout
 from hopper.web import token as web_token
 from hopper.web.app import create_app
 from hopper.web.guard import guarded_protocol
+from hopper.web.listen import bind, may_print_token
 
 
 def is_loopback(host: str) -> bool:
@@ -29,7 +30,22 @@ def url_for(host: str, port: int, token: str) -> str:
     return f"http://{shown}:{port}/?token={token}"
 
 
+def how_to_get_url(layout: Layout, host: str, port: int) -> str:
+    where = [f"--root {layout.root}"]
+    if host != "127.0.0.1":
+        where.append(f"--host {host}")
+    if port != 8642:
+        where.append(f"--port {port}")
+    return (
+        "hopper web: the sign-in URL is not printed here (not a terminal, or the journal): "
+        f"get it with 'hopper web --print-url {' '.join(where)}' "
+        f"(the token is in {web_token.token_path(layout)})"
+    )
+
+
 def serve(layout: Layout, config: Config, host: str, port: int, *, new_token: bool = False) -> int:
+    # bound first: a taken port is one line (PortInUse), before a token is made or printed
+    sock = bind(host, port)
     token = web_token.rotate(layout) if new_token else web_token.load_or_create(layout)
     app = create_app(layout, token, config)
     hub = app.state.hub
@@ -63,6 +79,9 @@ def serve(layout: Layout, config: Config, host: str, port: int, *, new_token: bo
             "token in the clear; put a TLS reverse proxy in front (docs/web.md)",
             file=sys.stderr,
         )
-    print(url_for(host, port, token), flush=True)
-    server.run()
+    if may_print_token(sys.stdout, sys.stderr):
+        print(url_for(host, port, token), flush=True)
+    else:
+        print(how_to_get_url(layout, host, port), file=sys.stderr, flush=True)
+    server.run(sockets=[sock])
     return 0
