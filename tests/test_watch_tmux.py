@@ -100,12 +100,12 @@ def test_watch_view_switch_abort_copy_quit(
     tmux("send-keys", "-t", "w", "c")
     # abort with confirmation: n cancels, y aborts
     tmux("send-keys", "-t", "w", "a")
-    wait_for(lambda: "abort beta" in tmux.screen() and "y/n" in tmux.screen(), what="confirm")
+    wait_for(lambda: "abort beta" in tmux.screen() and "y/N" in tmux.screen(), what="confirm")
     tmux("send-keys", "-t", "w", "n")
     wait_for(lambda: "abort cancelled" in tmux.screen(), what="cancel")
     assert not list(layout.runs.glob("*/ABORT"))
     tmux("send-keys", "-t", "w", "a")
-    wait_for(lambda: "y/n" in tmux.screen(), what="confirm again")
+    wait_for(lambda: "y/N" in tmux.screen(), what="confirm again")
     tmux("send-keys", "-t", "w", "y")
     wait_for(lambda: list(layout.runs.glob("*beta*/ABORT")), what="ABORT marker for beta")
     assert not list(layout.runs.glob("*alpha*/ABORT"))
@@ -117,6 +117,29 @@ def test_watch_view_switch_abort_copy_quit(
     (
         layout.runs / next(p.name for p in layout.runs.iterdir() if "alpha" in p.name) / "ABORT"
     ).touch()
+
+
+def test_watch_abort_asks_first_and_typed_ahead_keys_do_not_answer(
+    layout: Layout, watchers, config_file: Path, tmux: Tmux
+) -> None:
+    """'a' then 'y' in one go (a paste, fast fingers) only asks; the 'y' typed before the
+    question was on the screen is dropped, Enter is no, and only a later 'y' aborts."""
+    drop(layout, "gamma", bash("while true; do echo gamma-tick; sleep 0.2; done"))
+    watchers.start()
+    start_watch(tmux, layout, config_file)
+    wait_for(lambda: "[gamma]" in tmux.screen(), what="gamma running")
+    tmux("send-keys", "-t", "w", "a", "y")  # one write: 'y' is typed ahead of the question
+    wait_for(lambda: "abort gamma" in tmux.screen() and "y/N" in tmux.screen(), what="asked")
+    assert not list(layout.runs.glob("*/ABORT"))
+    tmux("send-keys", "-t", "w", "Enter")  # the default is no
+    wait_for(lambda: "abort cancelled" in tmux.screen(), what="Enter cancels")
+    assert not list(layout.runs.glob("*/ABORT"))
+    tmux("send-keys", "-t", "w", "a")
+    wait_for(lambda: "y/N" in tmux.screen(), what="asked again")
+    tmux("send-keys", "-t", "w", "y")
+    wait_for(lambda: list(layout.runs.glob("*gamma*/ABORT")), what="ABORT marker for gamma")
+    tmux("send-keys", "-t", "w", "q")
+    wait_for(lambda: "MODES-END" in tmux.screen(), what="watch to quit")
 
 
 def test_watch_ctrl_c_restores_terminal(layout: Layout, config_file: Path, tmux: Tmux) -> None:

@@ -4,7 +4,8 @@ A status bar pinned at the top (counts by state, whether the watcher looks
 alive, the oldest heartbeat of a running job), the running jobs with the
 selected one marked, and below them the live tail of the selected job's
 job.log. Keys: j/k or the arrows switch job, ``a`` aborts the selected job
-(after a y/n confirmation; abort is ``touch runs/<id>/ABORT``), ``c`` toggles
+(after ``abort NAME (ID)? y/N``: only ``y`` aborts, and only a key pressed after
+the question is asked counts; abort is ``touch runs/<id>/ABORT``), ``c`` toggles
 copy mode (the output stops scrolling so it can be selected), ``q`` quits.
 
 ``curses.wrapper`` restores the terminal on every way out: ``q``, Ctrl+C
@@ -107,6 +108,10 @@ class View:
         elif ch == ord("a"):
             self.confirm = self.current()
             self.message = "" if self.confirm else "no running job selected"
+            if self.confirm is not None:
+                # keys typed ahead (a paste, 'ay', a held key) never answer a question
+                # not yet on the screen
+                curses.flushinp()
         elif ch == ord("c"):
             self.copy_mode = not self.copy_mode
             self.frozen = []
@@ -146,7 +151,7 @@ class View:
         for i, line in enumerate(self.output(height - 3)):
             put(scr, 2 + i, line, width, 0)
         if self.confirm is not None:
-            footer = f" abort {terminal_safe(self.confirm.name)} ({self.confirm.id})? y/n"
+            footer = f" abort {terminal_safe(self.confirm.name)} ({self.confirm.id})? y/N"
             put(scr, height - 1, footer.ljust(width), width, curses.A_REVERSE)
         else:
             put(scr, height - 1, f" {self.message or HELP}", width, curses.A_DIM)
