@@ -12,13 +12,22 @@ import tomllib
 from collections.abc import Mapping
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from hopper.configfile import CONFIG_LIMIT
 from hopper.configfile import config_path as config_path  # re-exported: its old home
 from hopper.core.durations import BadDuration, parse_duration, parse_positive_duration
 from hopper.core.schedule import SlotLimits
-from hopper.core.sizes import BadSize, parse_limit
+from hopper.core.sizes import BadSize, parse_limit, parse_size
 from hopper.core.slurm_resources import ResourceError, resource_args
 from hopper.errors import ConfigError
 from hopper.store.saferead import UnreadableFile, read_text
@@ -61,6 +70,19 @@ def _limit(value: object) -> object:
 
 # A size limit in bytes ("512M", "6G", a number of bytes); "none" for no limit.
 SizeLimit = Annotated[int | None, BeforeValidator(_limit)]
+
+
+def _size(value: object) -> object:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        try:
+            return parse_size(value)
+        except BadSize as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
+# A size in bytes ("64K", a number of bytes), 0 or more; never "none".
+Size = Annotated[int, BeforeValidator(_size), Field(ge=0)]
 
 
 class AgentConfig(BaseModel):
@@ -217,8 +239,40 @@ class Hooks(BaseModel):
     on_success: list[str] | None = None
     on_failure: list[str] | None = None
     on_finish: list[str] | None = None
-    webhook: str | None = Field(None, pattern=r"^https?://", description="POSTed the job record")
+    webhook: str | None = Field(
+        None, pattern=r"^https?://", description="POSTed the job's record, outcome, log and result"
+    )
+    webhook_secret: SecretStr | None = Field(
+        None, description="signs each POST (X-Hopper-Signature); never logged"
+    )
+    webhook_secret_file: str | None = Field(
+        None,
+        description="an absolute path: the secret, read at each delivery (a rotated file is used)",
+    )
+    webhook_attempts: int = Field(5, ge=1, le=20, description="tries per delivery")
+    webhook_backoff: Seconds = Field(
+        2.0, description="before the second try; doubles (at most 5 minutes)"
+    )
+    webhook_log_tail: Size = Field(
+        64 << 10, le=1 << 20, description="bytes of job.log's end sent; 0: none"
+    )
+    webhook_result_max: Size = Field(
+        64 << 10, le=1 << 20, description="bytes of result.md sent; 0: none"
+    )
     timeout: Seconds = Field(60.0, gt=0)
+
+    @field_validator("webhook_secret_file")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("/", "~")):
+            raise ValueError(f"{value!r} must be an absolute path (or start with ~/)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> Hooks:
+        if self.webhook_secret is not None and self.webhook_secret_file is not None:
+            raise ValueError("set webhook_secret or webhook_secret_file, not both")
+        return self
 
 
 class Config(BaseModel):

@@ -28,7 +28,7 @@ from hopper.core.retry import backoff, should_retry
 from hopper.core.states import JobState, Reason
 from hopper.executors.protocol import Ended, How
 from hopper.executors.slurm import EXIT_STATUS_FILE as SLURM_EXIT_FILE
-from hopper.hooks import HookRunner, HookSet, calls_for
+from hopper.hooks import HookRunner, HookSet, calls_for, webhook_options
 from hopper.intake import Intake, Terminal
 from hopper.store import ledger
 from hopper.store.jobfile import EXIT_FILE, LOG_FILE, read_resources
@@ -244,6 +244,7 @@ class Endings:
             on_finish=(own and own.on_finish) or conf.on_finish,
             webhook=conf.webhook,
             timeout=conf.timeout,
+            webhook_options=webhook_options(conf),
         )
         if hooks.on_success or hooks.on_failure or hooks.on_finish or hooks.webhook:
             self.hooks.submit(calls_for(record, run_dir, hooks))  # else no templates to expand

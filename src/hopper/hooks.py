@@ -2,10 +2,13 @@
 
 ``on_success`` / ``on_failure`` / ``on_finish`` are argv templates (never a
 shell string) from the config's ``[hooks]`` table or the prompt's front
-matter; ``webhook`` receives the final job record as JSON by HTTP POST. Hooks
-run on one background thread, in order, each with a timeout, so a slow hook
-never holds up the watcher's loop. A hook's outcome is an event
-(``hook_ok`` / ``hook_failed``); it never changes the job's state.
+matter; ``webhook`` receives the job's record, outcome, log tail and result
+by a signed HTTP POST (webhook.py), retried on its own schedule
+(webhook_queue.py). Hooks run on one background thread, in order, each with a
+timeout, so a slow hook never holds up the watcher's loop; the webhook's body
+is built there and sent by the webhook's own threads. A command hook's outcome
+is an event (``hook_ok`` / ``hook_failed``), each webhook attempt one too
+(``webhook_delivered`` / ``webhook_failed``); none changes the job's state.
 
 Delivery is at most once: a hook queued when the watcher dies is not run
 after the restart (the job's state is already final and durable).
@@ -30,19 +33,20 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hopper.clock import Clock
+from hopper.config import Hooks
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState
 from hopper.core.templates import expand_argv, template_values
 from hopper.proc import treekill
 from hopper.store import ledger
 from hopper.store.atomic import open_regular
+from hopper.webhook import SecretUnavailable, WebhookOptions, build, public_url
+from hopper.webhook_queue import Deliveries
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,7 @@ class HookSet:
     on_finish: list[str] | None = None
     webhook: str | None = None
     timeout: float = 60.0
+    webhook_options: WebhookOptions = field(default_factory=WebhookOptions)
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,19 @@ class HookCall:
     record: JobRecord
     run_dir: Path
     timeout: float
+    webhook_options: WebhookOptions = field(default_factory=WebhookOptions)
+
+
+def webhook_options(conf: Hooks) -> WebhookOptions:
+    """The config's ``[hooks]`` webhook keys as the sender takes them."""
+    return WebhookOptions(
+        secret=conf.webhook_secret.get_secret_value() if conf.webhook_secret else None,
+        secret_file=conf.webhook_secret_file,
+        attempts=conf.webhook_attempts,
+        backoff=conf.webhook_backoff,
+        log_tail=conf.webhook_log_tail,
+        result_max=conf.webhook_result_max,
+    )
 
 
 def calls_for(record: JobRecord, run_dir: Path, hooks: HookSet) -> list[HookCall]:
@@ -87,7 +105,17 @@ def calls_for(record: JobRecord, run_dir: Path, hooks: HookSet) -> list[HookCall
                 HookCall(name, expand_argv(argv, values), None, record, run_dir, hooks.timeout)
             )
     if hooks.webhook:
-        out.append(HookCall("webhook", None, hooks.webhook, record, run_dir, hooks.timeout))
+        out.append(
+            HookCall(
+                "webhook",
+                None,
+                hooks.webhook,
+                record,
+                run_dir,
+                hooks.timeout,
+                hooks.webhook_options,
+            )
+        )
     return out
 
 
@@ -101,6 +129,7 @@ class HookRunner:
         self._thread = threading.Thread(target=self._work, name="hopper-hooks", daemon=True)
         self._started = False
         self._current: str | None = None  # the token of the hook command running now
+        self.webhooks = Deliveries(clock)
 
     def submit(self, calls: Sequence[HookCall | Callable[[], None]]) -> None:
         """Queue hook calls, or a chore of a job's end that may be slow (git worktree
@@ -114,7 +143,8 @@ class HookRunner:
             self._queue.put(call)
 
     def pending(self) -> int:
-        return self._queue.unfinished_tasks
+        """Hook calls queued or running, and webhook deliveries not yet done."""
+        return self._queue.unfinished_tasks + self.webhooks.pending()
 
     def close(self, timeout: float = 30.0) -> None:
         """Finish what is queued, then stop the thread.
@@ -130,6 +160,8 @@ class HookRunner:
             if self._thread.is_alive() and token is not None:
                 # Never leave a hook's processes behind the watcher.
                 treekill.kill_until_gone(treekill.Marks(treekill.HOOK_TOKEN_ENV, token))
+        # Webhook retries due within one hook's timeout are still made; the rest recorded.
+        self.webhooks.close(timeout)
 
     def _work(self) -> None:
         while True:
@@ -145,8 +177,11 @@ class HookRunner:
                 self._queue.task_done()
 
     def _run(self, call: HookCall) -> None:
+        if call.url:
+            self._webhook(call)
+            return
         try:
-            detail = self._webhook(call) if call.url else self._command(call)
+            detail = self._command(call)
         except Exception as exc:  # a hook must never take the watcher down
             self._record(call, ok=False, detail=f"{type(exc).__name__}: {exc}")
         else:
@@ -201,16 +236,37 @@ class HookRunner:
             raise RuntimeError(f"exited {proc.returncode} (output in hooks.log)")
         return "exited 0"
 
-    def _webhook(self, call: HookCall) -> str:
+    def _webhook(self, call: HookCall) -> None:
+        """Build the delivery here (bounded reads of the run's files); send it on its own."""
         assert call.url is not None
-        if not call.url.startswith(("http://", "https://")):
-            raise ValueError(f"webhook {call.url!r} is not an http(s) URL")
-        body = call.record.model_dump_json().encode()
-        request = urllib.request.Request(  # noqa: S310 - scheme checked above
-            call.url, data=body, method="POST", headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(request, timeout=call.timeout) as response:  # noqa: S310
-            return f"HTTP {response.status}"
+        try:
+            delivery = build(
+                call.record, call.run_dir, call.url, call.timeout, call.webhook_options
+            )
+        except SecretUnavailable as exc:  # never sent unsigned when a secret is configured
+            self._note_webhook(call, detail=str(exc))
+            return
+        except Exception as exc:  # a hook must never take the watcher down
+            self._note_webhook(call, detail=f"{type(exc).__name__}: {exc}")
+            return
+        self.webhooks.send(delivery)
+
+    def _note_webhook(self, call: HookCall, *, detail: str) -> None:
+        assert call.url is not None
+        try:
+            ledger.note(
+                call.run_dir,
+                "webhook_failed",
+                self.clock.now(),
+                url=public_url(call.url),
+                attempt=1,
+                status=None,
+                detail=detail,
+                final=True,
+            )
+        except OSError as exc:
+            log.error("job=%s webhook: cannot record its outcome: %s", call.record.id, exc)
+        log.error("job=%s webhook not sent: %s", call.record.id, detail)
 
     def _record(self, call: HookCall, *, ok: bool, detail: str) -> None:
         target = call.url if call.url else (call.argv or [""])[0]
