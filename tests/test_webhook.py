@@ -230,13 +230,15 @@ def test_a_refused_connection_is_retried(run_dir: Path, receiver: Receiver) -> N
     try:
         wait_for(lambda: webhook_events(run_dir), what="the first, refused attempt")
         receiver.start()
-        wait_for(lambda: len(webhook_events(run_dir)) == 2, what="the retry")
+        wait_for(
+            lambda: webhook_events(run_dir)[-1]["event"] == "webhook_delivered", what="the retry"
+        )
     finally:
         runner.close(5.0)
-    first, second = webhook_events(run_dir)
+    first, *_, last = events = webhook_events(run_dir)  # a loaded machine may refuse twice
     assert (first["event"], first["attempt"], first["status"]) == ("webhook_failed", 1, None)
     assert "refused" in first["detail"].lower() and first["retry_in"] == 1.0
-    assert (second["event"], second["attempt"], second["status"]) == ("webhook_delivered", 2, 204)
+    assert (last["attempt"], last["status"]) == (len(events), 204)
     assert len(receiver.got) == 1
 
 
