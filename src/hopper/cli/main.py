@@ -39,6 +39,7 @@ COMMANDS: dict[str, Entry] = {
     "usage": Entry("usage", "sum the tokens and cost agents reported"),
     "abort": Entry("abort", "cancel a queued or running job"),
     "retry": Entry("retry", "submit a finished job's prompt again as a new job"),
+    "prune": Entry("prune", "remove finished jobs older than a given age"),
     "priority": Entry("priority", "change a queued job's priority (higher starts first)"),
     "pause": Entry("pause", "stop starting queued jobs (all, or one group); running jobs finish"),
     "resume": Entry("pause", "remove the PAUSE marker (all, or one group)"),

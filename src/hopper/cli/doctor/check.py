@@ -23,7 +23,7 @@ def ok(name: str, message: str) -> Check:
 #: How to free space on the root, for the disk and degraded checks (docs/operations.md,
 #: "A full disk", says the same at length). Name only commands hopper has.
 FIX_FREE_SPACE = (
-    "free space: abort a runaway job (hopper abort ID), or remove the run directories of "
-    "finished jobs (runs/<id>, never a queued or running one) and their prompts in "
-    "processed/ (docs/operations.md: A full disk)"
+    "free space: abort a runaway job (hopper abort ID), or remove old finished jobs "
+    "(hopper prune --older-than 30d --dry-run, then without --dry-run; "
+    "docs/operations.md: A full disk)"
 )
