@@ -383,3 +383,25 @@ def test_a_relative_secret_file_is_a_config_error(config_file: Path, hopper) -> 
     result = hopper("config", "check")
     assert result.returncode != 0
     assert "'rel/s' must be an absolute path" in result.stdout + result.stderr
+
+
+def test_a_huge_log_and_a_fifo_result_are_read_bounded(run_dir: Path, receiver: Receiver) -> None:
+    """A 4 GiB sparse job.log costs 64 KiB; a FIFO result.md is refused, never opened."""
+    import os
+
+    receiver.start()
+    with open(run_dir / "job.log", "ab") as fh:
+        fh.truncate(4 << 30)
+        fh.write(b"the end\n")
+    os.mkfifo(run_dir / "result.md")
+    runner = send(run_dir, receiver.url)
+    try:
+        wait_for(lambda: webhook_events(run_dir), what="the delivery")
+    finally:
+        runner.close(5.0)
+    (got,) = receiver.got
+    payload = json.loads(got.body)
+    assert payload["log"]["size"] == (4 << 30) + 8 and payload["log"]["truncated"] is True
+    assert payload["log"]["text"].endswith("the end\n")
+    assert len(got.body) < 6 * (64 << 10) + 4096  # 64 KiB read; a NUL is 6 bytes in JSON
+    assert payload["result"]["text"] is None and "FIFO" in payload["result"]["error"]
