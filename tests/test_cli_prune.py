@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -270,3 +271,36 @@ def test_prune_refuses_where_rmtree_could_follow_links(
 
 def test_rmtree_here_avoids_symlink_attacks() -> None:
     assert shutil.rmtree.avoids_symlink_attacks
+
+
+def _chattr(flag: str, path: Path) -> bool:
+    chattr = shutil.which("chattr")
+    if chattr is None:
+        return False
+    return subprocess.run([chattr, flag, str(path)], capture_output=True).returncode == 0
+
+
+def test_a_file_that_cannot_be_removed_is_named_and_finished_later(layout: Layout, hopper) -> None:
+    stuck = make_job(layout, "stuck", JobState.FAILED, 40)
+    other = make_job(layout, "other", JobState.FAILED, 40)
+    pinned = layout.run_dir(stuck.id) / "work"
+    pinned.mkdir()
+    (pinned / "pinned.bin").write_text("x")
+    if not _chattr("+i", pinned / "pinned.bin"):
+        pytest.skip("chattr +i is not available here (needs root and ext4/xfs/btrfs/tmpfs)")
+    trash = layout.runs / f"{store.TRASH_PREFIX}{stuck.id}"
+    try:
+        first = hopper("prune", "--older-than", "30d")
+        assert first.returncode == 1
+        assert f"{stuck.id} not removed" in first.stderr and "pinned.bin" in first.stderr
+        assert "run hopper prune again" in first.stderr
+        assert run_dirs(layout) == {trash.name}  # out of every listing; the other one gone
+        assert not layout.run_dir(other.id).exists()
+        again = hopper("prune", "--older-than", "30d")  # still stuck: said, not a traceback
+        assert again.returncode == 1, again.stderr
+        assert f"{stuck.id} not removed" in again.stderr and "Traceback" not in again.stderr
+    finally:
+        _chattr("-i", trash / "work" / "pinned.bin")
+    last = hopper("prune", "--older-than", "30d")
+    assert last.returncode == 0, last.stderr
+    assert run_dirs(layout) == set()

@@ -69,10 +69,16 @@ def handle(args: argparse.Namespace) -> int:
     except BadDuration as exc:
         return fail(f"--older-than: {exc}", EXIT_USAGE)
     layout = read_context(args)
+    failed: list[dict[str, str]] = []
     if not args.dry_run:
         store.check_safe_rmtree()
-        for job_id in store.leftovers(layout):
-            store.finish_leftover(layout, job_id)  # a prune that died half-way
+        for job_id in store.leftovers(layout):  # a prune that died or failed half-way
+            try:
+                store.finish_leftover(layout, job_id)
+            except (HopperError, OSError) as exc:
+                failed.append({"id": job_id, "error": str(exc)})
+                if not args.json:
+                    _warn(f"{job_id} not removed: {exc}")
     states = {JobState(s) for s in args.state} if args.state else set(TERMINAL_STATES)
     now = datetime.now(UTC)
     gathered = store.gather(layout)
@@ -86,7 +92,6 @@ def handle(args: argparse.Namespace) -> int:
     )
     total = store.Freed()
     done: list[dict[str, Any]] = []
-    failed: list[dict[str, str]] = []
     for record in plan.prune:
         freed = store.measure(layout, record)
         if not args.dry_run:

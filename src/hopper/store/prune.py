@@ -169,9 +169,27 @@ def remove(layout: Layout, record: JobRecord) -> None:
             raise NotPrunable("is not a real folder (a link?): left alone", path=run_dir)
         trash = TRASH_PREFIX + record.id
         os.rename(record.id, trash, src_dir_fd=runs, dst_dir_fd=runs)
-        _finish(layout, runs, trash, again)
+        try:
+            _finish(layout, runs, trash, again)
+        except OSError as exc:
+            raise _incomplete(layout, trash, exc) from None
     finally:
         os.close(runs)
+
+
+class PruneIncomplete(HopperError):
+    """A job's removal began (its folder renamed out of runs/) and could not finish."""
+
+
+def _incomplete(layout: Layout, trash: str, exc: OSError) -> PruneIncomplete:
+    return PruneIncomplete(
+        f"could not be removed completely ({exc.strerror or exc}"
+        f"{': ' + str(exc.filename) if exc.filename else ''}); the job is out of every "
+        "listing, what is left stays here",
+        path=layout.runs / trash,
+        hint="fix the cause (permissions, an immutable file: lsattr -R) and run hopper "
+        "prune again: it finishes this first",
+    )
 
 
 def _finish(layout: Layout, runs: int, trash: str, record: JobRecord | None) -> None:
@@ -204,7 +222,8 @@ def leftovers(layout: Layout) -> list[str]:
 
 
 def finish_leftover(layout: Layout, job_id: str) -> None:
-    """Finish removing ``runs/.pruning-<job_id>`` (and its processed prompt)."""
+    """Finish removing ``runs/.pruning-<job_id>`` (and its processed prompt); raises
+    :class:`PruneIncomplete` if it still cannot be removed."""
     trash = TRASH_PREFIX + job_id
     try:
         record: JobRecord | None = read_record(layout.runs / trash)
@@ -215,7 +234,7 @@ def finish_leftover(layout: Layout, job_id: str) -> None:
         _finish(layout, runs, trash, record)
     except OSError as exc:
         if exc.errno != errno.ENOENT:
-            raise
+            raise _incomplete(layout, trash, exc) from None
     finally:
         os.close(runs)
 
