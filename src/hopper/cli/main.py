@@ -74,6 +74,20 @@ def chosen_command(argv: Sequence[str]) -> str | None:
     return None
 
 
+def unknown_command(argv: Sequence[str]) -> str:
+    """The error for a command word that names no command, with the closest one
+    (``hopper stauts``: did you mean 'status'?); ``""`` if the word is a command."""
+    from difflib import get_close_matches
+
+    word = next((a for a in argv if a == "--" or not a.startswith("-")), None)
+    if word is None or word == "--" or word in COMMANDS:
+        return ""
+    close = get_close_matches(word, list(COMMANDS), n=1)
+    if close:
+        return f"unknown command {word!r}; did you mean {close[0]!r}?"
+    return f"unknown command {word!r}; the commands: {', '.join(COMMANDS)} (hopper --help)"
+
+
 def build_parser(full: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser; the commands named in ``full`` get their own arguments (their module
     is imported), every other command only its name and help."""
@@ -94,6 +108,10 @@ def build_parser(full: Sequence[str] = ()) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     command = chosen_command(words)
+    if command is None and (unknown := unknown_command(words)):
+        from hopper.cli.common import EXIT_USAGE, fail
+
+        return fail(unknown, EXIT_USAGE)
     parser = build_parser(() if command is None else (command,))
     args = parser.parse_args(words)
     handler: Command | None = getattr(args, "handler", None)

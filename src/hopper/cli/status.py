@@ -23,7 +23,7 @@ from hopper.core.summary import JobSummary, summarize
 from hopper.core.terminal import terminal_safe
 from hopper.store.index import JobIndex
 from hopper.store.layout import Layout
-from hopper.store.lookup import unclaimed
+from hopper.store.lookup import indexed_suggestion, unclaimed
 
 if TYPE_CHECKING:
     from hopper.core.record import JobRecord
@@ -215,7 +215,10 @@ def report_unclaimed(layout: Layout, ref: str, found: bool, pending: list[str]) 
     pending.extend(f"{ref}: not claimed yet: {path}" for path in waiting)
     if waiting or found:
         return EXIT_OK
-    warn(f"no job with id, id prefix or name {ref!r} under {layout.runs}")
+    warn(
+        f"no job with id, id prefix or name {ref!r} under {layout.runs}"
+        + indexed_suggestion(layout, ref)
+    )
     return EXIT_FAILED
 
 

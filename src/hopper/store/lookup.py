@@ -11,7 +11,7 @@ exact-case name winning over one that differs only in case.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -107,9 +107,60 @@ def find_with(layout: Layout, ref: str, read: Reader[R], on_corrupt: OnCorrupt =
             "claimed it died and the next one to start completes the claim",
         )
     raise JobNotFound(
-        f"no job with id, id prefix or name {ref!r} under {layout.runs}",
+        f"no job with id, id prefix or name {ref!r} under {layout.runs}"
+        + did_you_mean(ref, records),
         hint="hopper status lists the jobs",
     )
+
+
+def did_you_mean(ref: str, jobs: Iterable[Named]) -> str:
+    """``"; did you mean 'x'?"`` for the job name (else id) closest to ``ref``, or ``""``.
+
+    A mistyped name is the common case, so names are looked at first, in any
+    letter case (as they are matched); ``difflib``'s default cutoff (0.6)."""
+    from difflib import get_close_matches  # the not-found path only
+
+    names: dict[str, str] = {}
+    ids: list[str] = []
+    for job in jobs:
+        names.setdefault(job.name.casefold(), job.name)
+        ids.append(job.id)
+    close = get_close_matches(ref.casefold(), list(names), n=1)
+    if close:
+        return f"; did you mean {names[close[0]]!r}?"
+    close = get_close_matches(ref.lower(), ids, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def indexed_suggestion(layout: Layout, ref: str) -> str:
+    """:func:`did_you_mean` over the status index (``hopper status``'s not-found path)."""
+    from hopper.store.index import JobIndex
+
+    with JobIndex.open(layout) as index:
+        index.refresh()
+        return did_you_mean(ref, index.jobs())
+
+
+def references(layout: Layout, prefix: str = "") -> list[str]:
+    """Every job id and name starting with ``prefix`` (any letter case), for shell
+    completion: read from the status index after its refresh (no pydantic unless a
+    job.json is not in the shape hopper writes). Names with white space or control
+    characters are left out: a shell word cannot complete to them safely."""
+    from hopper.store.index import JobIndex
+
+    folded = prefix.casefold()
+    with JobIndex.open(layout) as index:
+        index.refresh()
+        jobs = index.jobs()
+    found = dict.fromkeys(j.id for j in jobs if j.id.startswith(prefix.lower()))
+    for job in jobs:
+        if (
+            job.name.casefold().startswith(folded)
+            and job.name.isprintable()
+            and (not any(c.isspace() for c in job.name))
+        ):
+            found.setdefault(job.name)
+    return list(found)
 
 
 class JobNotClaimed(JobNotFound):
