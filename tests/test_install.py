@@ -183,6 +183,10 @@ def test_user_install_runs(user: Install, tmp_path: Path) -> None:
     demo = run([str(user.hopper), "demo"], {**user.env, "HOME": str(tmp_path)}, timeout=120)
     assert demo.returncode == 0, demo.stdout + demo.stderr
     assert (tmp_path / ".local" / "state" / "hopper" / "processed").is_dir()
+    # its dependencies came along: shtab, for the README's completion step
+    completion = run([str(user.hopper), "completion", "bash"], user.env)
+    assert completion.returncode == 0, completion.stderr
+    assert "complete -o bashdefault -F _shtab_hopper hopper" in completion.stdout
 
 
 def test_plain_user_install_lays_down_only_the_venv_and_the_command(user: Install) -> None:

@@ -52,7 +52,10 @@ COMMANDS: dict[str, Entry] = {
     "agents": Entry("agents", "list the agents and their CLIs; install the CLIs"),
     "watchers": Entry("watchers", "list the watchers serving this root (their heartbeats)"),
     "web": Entry("web", "serve the web dashboard (needs the 'web' extra)"),
+    "completion": Entry("completion", "print a shell completion script (bash, zsh or fish)"),
 }
+# Hidden: the job ids and names the completion scripts offer (cli/completion.py).
+COMPLETE_JOBS = "_complete-jobs"  # the same as completion.COMPLETE_JOBS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -93,6 +96,8 @@ def build_parser(full: Sequence[str] = ()) -> argparse.ArgumentParser:
     is imported), every other command only its name and help."""
     parser = _Parser(prog="hopper", description="A job service with a filesystem API.")
     parser.add_argument("--version", action="version", version=f"hopper {__version__}")
+    # for `hopper completion`: the parser with every command's arguments, built when asked
+    parser.set_defaults(full_parser=lambda: build_parser(tuple(COMMANDS)))
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     modules = {COMMANDS[name].module for name in full}
     for name, entry in COMMANDS.items():
@@ -107,6 +112,10 @@ def build_parser(full: Sequence[str] = ()) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
+    if words[:1] == [COMPLETE_JOBS]:  # before any parser: a completion must be quick
+        from hopper.cli.completion import complete_jobs
+
+        return complete_jobs(words[1:])
     command = chosen_command(words)
     if command is None and (unknown := unknown_command(words)):
         from hopper.cli.common import EXIT_USAGE, fail
