@@ -129,9 +129,9 @@ def test_logs_of_a_silent_job_that_ran_is_empty_and_ok(layout: Layout, hopper) -
 def test_submit_session(layout: Layout, hopper, tmp_path: Path) -> None:
     prompt = tmp_path / "task.prompt.md"
     prompt.write_text("+++\nagent = 'claude'\n+++\nContinue.\n")
-    result = hopper("submit", str(prompt), "--session", "auth-refactor")
+    result = hopper("submit", "--json", str(prompt), "--session", "auth-refactor")
     assert result.returncode == 0, result.stderr
-    spec = parse(Path(result.stdout.strip()).read_bytes())
+    spec = parse(Path(json.loads(result.stdout)["path"]).read_bytes())
     assert spec.options.session == "auth-refactor" and spec.options.agent == "claude"
 
 

@@ -121,7 +121,7 @@ def test_wait_looks_again_for_a_prompt_found_nowhere_while_it_is_claimed(
 ) -> None:
     """The claim's race: one look misses the new job.json, the next sees the prompt
     no longer claiming; ``hopper wait`` must not call the job unknown (exit 1)."""
-    from hopper.cli.wait import _claimed_id
+    from hopper.cli.wait import claimed_id
     from hopper.errors import JobNotFound
     from hopper.store.lookup import JobNotClaimed
 
@@ -134,7 +134,7 @@ def test_wait_looks_again_for_a_prompt_found_nowhere_while_it_is_claimed(
             raise answer
         return JobRecord.model_validate_json((layout.run_dir(job_id) / "job.json").read_text())
 
-    assert _claimed_id(layout, "soon", None, find=find, sleep=lambda _: None) == job_id
+    assert claimed_id(layout, "soon", None, find=find, sleep=lambda _: None) == job_id
     answers[:] = [JobNotFound("nowhere"), None]
     with pytest.raises(JobNotFound):  # never seen waiting: unknown at once, no second look
-        _claimed_id(layout, "typo", None, find=find, sleep=lambda _: None)
+        claimed_id(layout, "typo", None, find=find, sleep=lambda _: None)

@@ -10,6 +10,7 @@ the link and what to do; the link's target is left as it was.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -72,10 +73,11 @@ def test_submit_through_a_file_where_a_folder_belongs_is_refused(
 
 
 def test_submit_into_a_real_folder_still_works(layout: Layout, hopper, tmp_path: Path) -> None:
-    result = hopper("submit", "--to", "team/sub", str(prompt_file(tmp_path)))
+    result = hopper("submit", "--json", "--to", "team/sub", str(prompt_file(tmp_path)))
     assert result.returncode == 0, result.stderr
-    assert Path(result.stdout.strip()) == layout.inbox / "team" / "sub" / "deploy.prompt.md"
-    assert Path(result.stdout.strip()).read_text() == PROMPT
+    path = Path(json.loads(result.stdout)["path"])
+    assert path == layout.inbox / "team" / "sub" / "deploy.prompt.md"
+    assert path.read_text() == PROMPT
 
 
 def test_pause_of_a_linked_group_is_refused(layout: Layout, hopper, linked_team: Path) -> None:

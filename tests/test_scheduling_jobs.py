@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -199,6 +200,7 @@ def test_submit_after_and_priority(layout: Layout, hopper) -> None:
     result = hopper(
         "submit",
         "-",
+        "--json",
         "--agent",
         "bash",
         "--name",
@@ -210,7 +212,7 @@ def test_submit_after_and_priority(layout: Layout, hopper) -> None:
         input="echo second\n",
     )
     assert result.returncode == 0, result.stderr
-    text = Path(result.stdout.strip()).read_text()
+    text = Path(json.loads(result.stdout)["path"]).read_text()
     assert 'after = ["first"]' in text and "priority = 3" in text
     hopper("submit", "-", "--agent", "bash", "--name", "first", input="echo first\n")
     assert hopper("run", "--until-idle").returncode == 0

@@ -235,11 +235,11 @@ def handle(args: argparse.Namespace) -> int:
                 drain(layout, one, sink, final=True)
                 if not args.follow:
                     return EXIT_OK
-                return outcome(run_dir) if done else _timed_out(record, args.timeout)
+                return outcome(run_dir) if done else timed_out(record, args.timeout)
     if args.follow:
         if follow(run_dir, threading.Event(), deadline):
             return outcome(run_dir)
-        return _timed_out(record, args.timeout)
+        return timed_out(record, args.timeout)
     copy_new(run_dir / LOG_FILE, 0)
     return EXIT_OK
 
@@ -262,7 +262,7 @@ def outcome(run_dir: Path) -> int:
     return EXIT_FAILED
 
 
-def _timed_out(record: JobView, timeout: float) -> int:
+def timed_out(record: JobView, timeout: float) -> int:
     warn(
         f"timed out after {timeout:g}s following job {record.id} ({record.name}): it has not "
         f"ended\n  hint: hopper logs -f {record.id} follows it again; "

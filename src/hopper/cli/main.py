@@ -31,7 +31,7 @@ class Entry(NamedTuple):
 
 COMMANDS: dict[str, Entry] = {
     "run": Entry("run", "run the watcher in the foreground"),
-    "submit": Entry("submit", "write a prompt into the inbox and print its path"),
+    "submit": Entry("submit", "write a checked prompt into the inbox and print its name"),
     "status": Entry("status", "show jobs (all, or the ones named)"),
     "logs": Entry("logs", "print (or follow) a job's job.log, or every running job's"),
     "events": Entry("events", "print (or follow) a job's events.jsonl"),

@@ -66,18 +66,24 @@ def handle(args: argparse.Namespace) -> int:
         ended = _wait_all(layout, deadline, args.quiet)
     else:
         try:
-            ids = [_claimed_id(layout, ref, deadline) for ref in args.ids]
+            ids = [claimed_id(layout, ref, deadline) for ref in args.ids]
         except JobNotClaimed as exc:
             warn(f"timed out waiting: {exc}")
             return EXIT_TIMEOUT
         if not args.quiet:
             print(f"waiting for {len(ids)} job(s)", file=sys.stderr, flush=True)
-        ended = _wait_ids(layout, ids, deadline)
+        ended = wait_ids(layout, ids, deadline)
+    return verdict(ended, args.timeout, args.quiet)
+
+
+def verdict(ended: list[JobRecord] | None, timeout: float | None, quiet: bool) -> int:
+    """The exit code of a wait that ended with ``ended`` (None: ``timeout`` ran out),
+    each job's outcome printed unless ``quiet`` (``hopper submit --wait`` too)."""
     if ended is None:
-        warn(f"timed out waiting: {args.timeout:g}s passed and not every job has ended")
+        warn(f"timed out waiting: {timeout or 0:g}s passed and not every job has ended")
         return EXIT_TIMEOUT
     bad = [r for r in ended if r.state is not JobState.SUCCEEDED]
-    if not args.quiet:
+    if not quiet:
         for record in ended:
             print(terminal_safe(f"{record.id}  {record.state}  {record.reason or ''}".rstrip()))
     return EXIT_FAILED if bad else EXIT_OK
@@ -87,7 +93,7 @@ def _expired(deadline: float | None) -> bool:
     return deadline is not None and time.monotonic() > deadline
 
 
-def _claimed_id(
+def claimed_id(
     layout: Layout,
     ref: str,
     deadline: float | None,
@@ -116,7 +122,7 @@ def _claimed_id(
         sleep(POLL)
 
 
-def _wait_ids(layout: Layout, ids: list[str], deadline: float | None) -> list[JobRecord] | None:
+def wait_ids(layout: Layout, ids: list[str], deadline: float | None) -> list[JobRecord] | None:
     while True:
         records = [read_record(layout.run_dir(i)) for i in ids]
         if all(is_terminal(r.state) for r in records):
