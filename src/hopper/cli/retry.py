@@ -1,7 +1,7 @@
 """``hopper retry ID|NAME``: run a finished job's prompt again, as a new job.
 
 The new job's record carries ``retry_of`` (the old id); the old run is left
-as it was. Prints the new prompt's inbox path, like ``hopper submit``.
+as it was. Prints the new prompt's inbox path.
 ``--env NAME`` gives back a front matter env value hopper withheld when the
 job ended, from the caller's environment (never on the command line).
 """
