@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -184,15 +183,29 @@ def test_complete_jobs_says_nothing_when_the_root_cannot_be_read(tmp_path: Path)
     assert (result.returncode, result.stdout, result.stderr) == (1, "", "")
 
 
-def test_complete_jobs_is_fast_on_a_thousand_jobs(layout: Layout, hopper: Run) -> None:
+def test_complete_jobs_reads_the_index_without_pydantic_on_a_thousand_jobs(
+    layout: Layout, hopper: Run
+) -> None:
+    """What keeps a tab press quick is structural: the index, and no pydantic import.
+    (Its time is a benchmark's business, not a test's: 0.49-0.58 s on 1,000 jobs at
+    load 7, about what `hopper status ID` takes.)"""
     for n in range(1000):
         job(layout, f"job-{n:04d}")
     assert len(hopper("_complete-jobs").stdout.splitlines()) == 2000  # builds the index
-    started = time.monotonic()
     result = hopper("_complete-jobs", "job-09")
-    elapsed = time.monotonic() - started
     assert result.stdout.splitlines() == [f"job-{n:04d}" for n in range(900, 1000)]
-    assert elapsed < 2.0, f"hopper _complete-jobs took {elapsed:.2f}s on 1,000 jobs"
+    traced = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "hopper", "_complete-jobs", "job-09"],
+        env={**os.environ, "HOPPER_ROOT": str(layout.root)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert traced.returncode == 0, traced.stderr[-2000:]
+    assert len(traced.stdout.splitlines()) == 100
+    imported = {line.rsplit("|", 1)[-1].strip() for line in traced.stderr.splitlines()}
+    assert any(m.startswith("hopper.store.index") for m in imported)  # it read the index
+    assert not any(m.split(".")[0] == "pydantic" for m in imported), "pydantic was imported"
 
 
 def test_the_hidden_command_is_the_one_main_dispatches() -> None:
