@@ -192,4 +192,4 @@ def prepare(
         write_atomic(run_dir / name, content.encode(), durable=False)
     env = job_environment(layout, config, record, run_dir, prep, spec.options.env, os.environ)
     own = job_environment(layout, config, record, run_dir, prep, spec.options.env, {})
-    return Prepared(prep, workdir, env, own)
+    return Prepared(prep, prep.workdir or workdir, env, own)

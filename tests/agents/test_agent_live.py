@@ -49,6 +49,10 @@ def test_session_without_workdir_continues_one_conversation(
     for run_dir in jobs(layout):
         spec = json.loads((run_dir / "agent.spec.json").read_text())
         assert spec["workdir"] == str(folder)
+        # job.json and the started event say where the job ran, not runs/<id>/work
+        assert read_record(run_dir).workdir == str(folder)
+        started = [e for e in read_events(run_dir) if e["event"] == "started"]
+        assert started[0]["workdir"] == str(folder)
 
 
 def test_session_prompt_naming_another_workdir_is_a_bad_prompt(

@@ -43,6 +43,9 @@ class Preparation:
     # The supervisor ends the job after this long without output (reason idle_timeout);
     # None for driver-run agents, whose driver judges idleness from the stream.
     idle_timeout: float | None = None
+    # Where the job runs when that is not the job's own workdir (a session job's CLI runs
+    # in the session's directory): the supervisor's cwd and job.json's ``workdir``.
+    workdir: Path | None = None
 
 
 class Agent(Protocol):

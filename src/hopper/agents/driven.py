@@ -107,12 +107,13 @@ def prepare_driven(
         raise BadPrompt("has no prompt text", hint="write the task below the front matter")
     opts = spec.options
     idle = spec.idle_timeout_seconds
+    cwd = session_cwd(job, agent_name) if opts.session else job.workdir
     driver_spec: dict[str, Any] = {
         "kind": kind,
         "agent_name": agent_name,
         "job_id": job.job_id,
         "run_dir": str(job.run_dir),
-        "workdir": str(session_cwd(job, agent_name) if opts.session else job.workdir),
+        "workdir": str(cwd),
         "prompt_file": str(job.run_dir / PROMPT_BODY_FILE),
         "args": expand_argv(cfg.args, job.values),
         "model": cfg.model,
@@ -137,6 +138,7 @@ def prepare_driven(
             SPEC_FILE: json.dumps(driver_spec, indent=2) + "\n",
         },
         stop_signals=[signal.SIGINT, signal.SIGTERM],
+        workdir=cwd,
     )
 
 
