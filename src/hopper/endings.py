@@ -32,7 +32,7 @@ from hopper.hooks import HookRunner, HookSet, calls_for, webhook_options
 from hopper.intake import Intake, Terminal
 from hopper.store import ledger
 from hopper.store.jobfile import EXIT_FILE, LOG_FILE, read_resources
-from hopper.workspace import remove_worktree
+from hopper.workspace import remove_folder, remove_worktree
 
 log = logging.getLogger(__name__)
 
@@ -208,16 +208,20 @@ class Endings:
         return queued
 
     def tidy_worktree(self, final: JobRecord, run_dir: Path) -> None:
-        """Remove the worktree after a success (the branch stays), else report it kept.
+        """Remove the worktree after a success (the branch stays), a folder after a success
+        or an abort; else report it kept.
 
-        git may be slow (a big tree, a held lock): the removal runs on the hooks'
+        git or a big tree may be slow (a held lock): the removal runs on the hooks'
         thread, before the job's hooks, never on the watcher's loop.
         """
         now = self.clock.now()
-        if final.state is JobState.SUCCEEDED:
+        folder = final.workspace == "folder"
+        ended = (JobState.SUCCEEDED, JobState.ABORTED) if folder else (JobState.SUCCEEDED,)
+        if final.state in ended:
 
             def remove() -> None:
-                why = remove_worktree(final)
+                layout = self.intake.layout
+                why = remove_folder(layout, final) if folder else remove_worktree(final)
                 path, at = final.workspace_path, self.clock.now()
                 if why is None:
                     ledger.note(run_dir, "workspace_removed", at, path=path, branch=final.branch)

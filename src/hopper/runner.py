@@ -398,7 +398,7 @@ class Runner:
         if not is_terminal(record.state):
             self._requeued.append(record)  # a retry
             return record
-        if record.workspace == "worktree" and record.workspace_path:
+        if record.workspace in ("worktree", "folder") and record.workspace_path:
             self.endings.tidy_worktree(record, end.run_dir)
         self.endings.run_hooks(record, end.run_dir)
         return record

@@ -1,6 +1,8 @@
 """Where a job runs: its workdir, an empty folder, or a git worktree on its own branch.
 
-``workspace = "folder"``: ``<root>/workspaces/<job_id>/``, created empty, kept.
+``workspace = "folder"``: ``<root>/workspaces/<job_id>/``, created empty;
+removed after a success or an abort, kept after a failure for debugging (the
+events ``workspace_removed`` / ``workspace_kept`` as for a worktree).
 ``workspace = "worktree"``: ``git worktree add -b hopper/<job_id>
 <root>/worktrees/<job_id> <ref>`` in the repository at ``workdir``. After a
 success the worktree is removed (``git worktree remove``, never forced: a
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,4 +129,23 @@ def remove_worktree(record: JobRecord) -> str | None:
         return f"git worktree remove failed: {exc}"
     if done.returncode != 0:
         return f"kept: {done.stderr.strip() or 'git worktree remove failed'}"
+    return None
+
+
+def remove_folder(layout: Layout, record: JobRecord) -> str | None:
+    """After a success or an abort: remove the job's folder. None if removed, else why not.
+
+    Only ``<root>/workspaces/<job_id>`` is ever removed, whatever job.json says, and
+    links inside it are removed, never followed (shutil.rmtree)."""
+    path = folder_path(layout, record.id)
+    if record.workspace != "folder" or record.workspace_path != str(path):
+        return f"kept: {record.workspace_path} is not this job's folder {path}"
+    if record.session:  # its first job's folder is where the session goes on (driven.py)
+        return f"kept: session {record.session!r} may run in it"
+    if path.is_symlink():
+        return f"kept: {path} is a symbolic link, not the folder hopper made"
+    failed: list[str] = []
+    shutil.rmtree(path, onerror=lambda _f, p, info: failed.append(f"{p}: {info[1]}"))
+    if failed and path.exists():
+        return f"kept: cannot remove {failed[0]} ({len(failed)} errors)"
     return None
