@@ -71,9 +71,11 @@ def withhold_env(run_dir: Path, job_id: str) -> None:
         for name in DERIVED:
             _redact_derived(run_dir / name, long)
     if start is not None:
-        env = {k: WITHHELD for k in start.options.env}
-        options = start.options.model_copy(update={"env": env})
-        kept = _without(start.model_copy(update={"options": options}).model_dump_json(), long)
+        # admission.json as a document with its env values withheld (an admission is
+        # no JobRecord: nothing here changes a job's state)
+        doc = start.model_dump(mode="json")
+        doc["options"]["env"] = {k: WITHHELD for k in start.options.env}
+        kept = _without(StartSpec.model_validate(doc).model_dump_json(), long)
         if kept != start.model_dump_json():
             path = run_dir / ADMISSION_FILE
             write_atomic(path, kept.encode(), follow_parent=False, mode=ADMISSION_MODE)
