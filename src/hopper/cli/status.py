@@ -8,6 +8,8 @@ are trusted), so they stay fast with 100,000 jobs; filters run in SQL.
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 import time
 from collections.abc import Iterable
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from hopper.cli.activity import agent_activity, describe, pause_lines
 from hopper.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_root_args, read_context, warn
+from hopper.cli.status_table import ellipsis_for, fit_width, painter, render, use_color
 from hopper.core.durations import BadDuration, format_duration, parse_duration
 from hopper.core.selection import JobFilter
 from hopper.core.states import JobState
@@ -56,15 +59,33 @@ def register(sub: Any) -> None:
     )
     add_filter_args(p)
     p.add_argument("--name", action="append", metavar="GLOB", help="only names matching GLOB")
+    p.add_argument("--limit", type=positive, metavar="N", help="only the newest N jobs")
+    p.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="colour states: auto (a terminal, NO_COLOR unset), always, never",
+    )
     p.add_argument("--json", action="store_true", help="JSON array of job records (job.json)")
     p.set_defaults(handler=handle)
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of jobs, 1 or more")
+    return value
 
 
 def add_filter_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--since",
-        metavar="DURATION",
-        help="only jobs created or finished in the last DURATION (12h, 1d), or still active",
+        metavar="DURATION|DATE",
+        help="only jobs created or finished in the last DURATION (12h, 1d) or since DATE "
+        "(2026-11-25, 2026-11-25T08:00, local time), or still active",
     )
     p.add_argument("--agent", action="append", help="only jobs run by this agent (repeatable)")
     p.add_argument(
@@ -73,8 +94,17 @@ def add_filter_args(p: argparse.ArgumentParser) -> None:
 
 
 def since_epoch(value: str | None, now: float) -> float | None:
-    """``--since 12h`` as epoch seconds; raises :class:`BadDuration`."""
-    return None if value is None else now - parse_duration(value)
+    """``--since 12h`` or ``--since 2026-11-25[T08:00]`` (local time unless it says
+    otherwise) as epoch seconds; raises :class:`BadDuration` saying both forms."""
+    if value is None:
+        return None
+    try:
+        return now - parse_duration(value)
+    except BadDuration as exc:
+        try:
+            return datetime.fromisoformat(value.strip()).timestamp()
+        except ValueError:
+            raise BadDuration(f"{exc}; nor a date (2026-11-25, 2026-11-25T08:00)") from None
 
 
 def job_filter(args: argparse.Namespace, now: float) -> JobFilter:
@@ -142,13 +172,9 @@ def row(record: JobRecord, now: datetime) -> tuple[str, ...]:
 
 
 def table(rows: list[tuple[str, ...]]) -> str:
-    """Aligned columns; every cell's control characters escaped (a name is the
-    dropper's choice: a newline in it must not forge a row)."""
-    rows = [tuple(terminal_safe(c) for c in r) for r in rows]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    )
+    """Aligned columns, full width, no colour; every cell's control characters escaped
+    (a name is the dropper's choice: a newline in it must not forge a row)."""
+    return render(rows, width=None, paint=painter(False))
 
 
 def write_json_array(texts: Iterable[str], out: TextIO) -> None:
@@ -184,6 +210,10 @@ def handle(args: argparse.Namespace) -> int:
                     code = max(code, report_unclaimed(layout, ref, bool(found), pending))
                 named.update((j.id, j) for j in found)
             jobs = [j for j in sorted(named.values(), key=lambda j: j.id) if wanted.matches(j)]
+        if args.limit is not None:
+            matched, jobs = jobs, jobs[-args.limit :]
+        else:
+            matched = jobs
         if args.json:
             for line in pending:
                 warn(terminal_safe(line))
@@ -191,17 +221,59 @@ def handle(args: argparse.Namespace) -> int:
             return code
     for line in (*pending, *pause_lines(layout)):
         print(terminal_safe(line))
-    if not jobs and pending:
-        return code
-    if not jobs:
-        print(terminal_safe(f"no jobs under {layout.runs}" + (" match" if _filtered(args) else "")))
-        return code
-    rows = [
-        summary_row(j, now, agent_activity(layout, j.id) if j.state is JobState.RUNNING else "-")
-        for j in jobs
-    ]
-    print(table([COLUMNS, *rows]))
+    show(args, layout, now, jobs, matched, pending)
     return code
+
+
+def show(
+    args: argparse.Namespace,
+    layout: Layout,
+    now: float,
+    jobs: list[JobSummary],
+    matched: list[JobSummary],
+    pending: list[str],
+) -> None:
+    """The table; for people (a terminal, or COLUMNS set) fitted, with its footer."""
+    from hopper.cli import status_footer as foot
+
+    isatty = sys.stdout.isatty()
+    width = fit_width(isatty, os.environ, lambda: shutil.get_terminal_size().columns)
+    paint = painter(use_color(args.color, isatty, os.environ))
+    inbox = None if args.ids else foot.inbox_line(layout)
+    if jobs:
+        rows = [
+            summary_row(
+                j, now, agent_activity(layout, j.id) if j.state is JobState.RUNNING else "-"
+            )
+            for j in jobs
+        ]
+        print(
+            render(
+                [COLUMNS, *rows],
+                width=width,
+                paint=paint,
+                state_column=COLUMNS.index("STATE"),
+                ellipsis=ellipsis_for(sys.stdout.encoding),
+            )
+        )
+    elif inbox is not None and not _filtered(args):
+        print(paint("warn", inbox))  # the news, where "no jobs" would be wrong
+        inbox = None  # said once
+    elif not pending:
+        print(terminal_safe(f"no jobs under {layout.runs}" + (" match" if _filtered(args) else "")))
+    if width is None:
+        return
+    seconds = foot.seconds_from_config(args.config, dict(os.environ))
+    for line in foot.footer(
+        layout,
+        matched,
+        len(jobs),
+        filtered=_filtered(args),
+        inbox=inbox,
+        watcher=lambda: foot.watcher_line(layout, now, seconds, paint),
+        paint=paint,
+    ):
+        print(line)
 
 
 def report_unclaimed(layout: Layout, ref: str, found: bool, pending: list[str]) -> int:
