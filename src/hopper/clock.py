@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import time
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from datetime import UTC, datetime, tzinfo
 from typing import Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 
 class Clock(Protocol):
@@ -24,3 +27,28 @@ class SystemClock:
 
     def time(self) -> float:
         return time.time()
+
+
+def local_zone(env: Mapping[str, str] | None = None) -> tzinfo:
+    """The host's time zone, aware of its clock changes: ``$TZ`` when it names a
+    zone, else the zone ``/etc/localtime`` links to, else that file's rules
+    (named "local time"), else UTC."""
+    env = os.environ if env is None else env
+    name = env.get("TZ", "").lstrip(":")
+    if name:
+        try:
+            return ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            pass
+    target = os.path.realpath("/etc/localtime")
+    _, marker, key = target.partition("/zoneinfo/")
+    if marker and key:
+        try:
+            return ZoneInfo(key)
+        except (ZoneInfoNotFoundError, ValueError, OSError):
+            pass
+    try:
+        with open("/etc/localtime", "rb") as rules:
+            return ZoneInfo.from_file(rules)
+    except (OSError, ValueError):
+        return UTC

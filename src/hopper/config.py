@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -23,6 +23,7 @@ from pydantic import (
     model_validator,
 )
 
+from hopper.budget_config import Budgets
 from hopper.configfile import CONFIG_LIMIT
 from hopper.configfile import config_path as config_path  # re-exported: its old home
 from hopper.core.durations import BadDuration, parse_duration, parse_positive_duration
@@ -351,6 +352,11 @@ class Config(BaseModel):
     hooks: Hooks = Field(
         default_factory=lambda: Hooks(), description="completion hooks; see docs/scheduling.md"
     )
+    budgets: Budgets = Field(
+        default_factory=lambda: Budgets(),
+        description="spend limits per scope (all, group, agent, session) and period; "
+        "see docs/budgets.md",
+    )
 
     def slot_limits(self) -> SlotLimits:
         """The scheduler's limits: ``max_parallel`` with the ``[limits]`` table."""
@@ -393,9 +399,30 @@ def load_config(cli: str | None = None, env: Mapping[str, str] | None = None) ->
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
         if err["type"] == "extra_forbidden":
-            known = ", ".join(Config.model_fields)
+            known = ", ".join(known_keys(err["loc"][:-1]))
             raise ConfigError(
                 f"unknown key {key!r}", path=path, hint=f"known keys: {known}"
             ) from None
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"key {key!r}: {msg}", path=path) from None
+
+
+def known_keys(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the table at ``loc`` takes (``("budgets", "groups", "app")`` ->
+    BudgetLimits' keys): the model reached by following ``loc`` through the
+    fields, a dict's key stepping into its values."""
+    model: type[BaseModel] = Config
+    annotation: object = Config
+    for part in loc:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+            field = model.model_fields.get(str(part))
+            if field is None:
+                break
+            annotation = field.annotation
+        else:  # a dict (or a list): its values' model
+            args = [a for a in get_args(annotation) if a is not type(None)]
+            annotation = args[-1] if args else None
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        model = annotation
+    return list(model.model_fields)
