@@ -179,3 +179,29 @@ def test_doctor_advice_names_only_commands_that_exist(tmp_path: Path) -> None:
         named = re.findall(r"(?<!-u )\bhopper ([a-z]+)", fix)  # not "journalctl -u hopper"
         assert named, fix
         assert set(named) <= set(COMMANDS), fix
+
+
+def test_watchers_prune_removes_dead_files_whose_jobs_are_not_theirs(
+    layout: Layout, hopper
+) -> None:
+    plant_beat(layout, "gone-host", 11, age=600)
+    plant_beat(layout, "h1", 12, age=600, jobs=("20261126-000000-a-0001",))
+    running_job(layout, "20261126-000000-a-0001", "h2:99:5.0")  # h2 took it over
+    plant_beat(layout, "h3", 13, age=600, jobs=("20261126-000000-b-0001",))
+    running_job(layout, "20261126-000000-b-0001", "h3:13:1.0")  # still h3's
+    plant_beat(layout, "h2", 99, age=1)
+
+    result = hopper("watchers", "--prune", "--json")
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert sorted((r["host"], r["pid"]) for r in answer["removed"]) == [
+        ("gone-host", 11),
+        ("h1", 12),
+    ]
+    assert {r["host"]: r["state"] for r in answer["watchers"]} == {"h2": "alive", "h3": "dead"}
+    assert sorted(p.name for p in beat_files(layout)) == ["h2--99.json", "h3--13.json"]
+
+    plant_beat(layout, "late", 14, age=600)
+    lines = hopper("watchers", "--prune").stdout.splitlines()
+    assert lines[0] == "removed late--14.json: late pid 14, dead"
+    assert lines[1].split()[:3] == ["HOST", "PID", "STATE"]

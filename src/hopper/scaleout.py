@@ -4,7 +4,9 @@ The watcher's edge for docs/scale-out.md. Each turn it may:
 
 - write this watcher's heartbeat file and read everyone's (every
   ``heartbeat_interval``; a handful of small files), and say when a host has
-  newly died so the watcher reconciles at once;
+  newly died so the watcher reconciles at once; once a minute, remove the
+  files of watchers dead for an hour whose jobs are no longer theirs
+  (core/watcherview.py, ``stale``);
 - count the leases other watchers hold in the scopes the queued jobs need
   (one small directory listing per scope; no walk over the runs) and hand
   them to the pure scheduler as :class:`~hopper.core.schedule.Elsewhere`;
@@ -32,17 +34,19 @@ from hopper.core.owner import WatcherId, parse_owner
 from hopper.core.record import JobRecord
 from hopper.core.schedule import Elsewhere, SlotLimits
 from hopper.core.states import JobState, is_terminal
+from hopper.core.watcherview import keep_after
 from hopper.errors import JobFileCorrupt
 from hopper.proc import identity
 from hopper.store.jobfile import read_record
 from hopper.store.layout import Layout
 from hopper.store.leases import Lease, Scope, SlotLeases, scope_name
-from hopper.store.watchers import beat_path, read_beats, remove_beat, write_beat
+from hopper.store.watchers import beat_path, prune_beats, read_beats, remove_beat, write_beat
 
 log = logging.getLogger(__name__)
 
 ALL = "all"
 SWEEP_INTERVAL = 1.0  # seconds between stale-lease sweeps of one full scope
+PRUNE_INTERVAL = 60.0  # seconds between looks for stale heartbeat files of dead watchers
 
 
 class ScaleOut:
@@ -62,6 +66,7 @@ class ScaleOut:
         self.beats: tuple[Beat, ...] = ()
         self._since = clock.monotonic()
         self._next_beat = 0.0
+        self._next_prune = 0.0
         self.wrote = False  # did the last beat() write our file (False: not due yet)
         self._dead: set[str] = set()
         self._next_sweep: dict[str, float] = {}
@@ -90,6 +95,9 @@ class ScaleOut:
         self._next_beat = mono + self.config.heartbeat_interval
         self._write_beat(len(running), queued, jobs=running)
         self.wrote = True
+        if mono >= self._next_prune:
+            self._next_prune = mono + PRUNE_INTERVAL
+            self.prune_dead()
         self.beats = tuple(read_beats(self.layout, self.clock.time()))
         dead = self.view().dead_hosts(self.ident.host)
         newly = dead - self._dead
@@ -101,6 +109,23 @@ class ScaleOut:
                 self.dead_after,
             )
         return bool(newly)
+
+    def prune_dead(self) -> None:
+        """Remove the heartbeat files of watchers dead for ``keep_after`` whose jobs are
+        no longer theirs (a host retired, a watcher taken over): ``hopper watchers``
+        would list them forever with their old counts."""
+        older = keep_after(self.dead_after)
+        for path, beat in prune_beats(
+            self.layout, self.clock.time(), older, keep_owner=self.ident.owner
+        ):
+            log.info(
+                "removed the heartbeat file %s of watcher %s pid %d: no beat for %.0fs, "
+                "none of its jobs is still its own",
+                path.name,
+                beat.host,
+                beat.pid,
+                beat.age,
+            )
 
     def view(self, *, fresh: bool = False) -> HostView:
         """The heartbeats as last read; ``fresh`` reads them again first (before judging)."""

@@ -13,13 +13,10 @@ import socket
 from typing import Any
 
 from hopper.core.owner import parse_owner
-from hopper.core.states import is_terminal
 from hopper.core.watcherview import WatcherState, judge
-from hopper.errors import HopperError
 from hopper.proc import identity
-from hopper.store.jobfile import read_record
 from hopper.store.layout import Layout
-from hopper.store.watchers import beat_files, beat_of, boot_id, read_raw
+from hopper.store.watchers import beat_files, beat_of, boot_id, job_owners, read_raw
 
 ORDER = {s: i for i, s in enumerate(WatcherState)}
 
@@ -46,7 +43,7 @@ def watcher_rows(layout: Layout, now: float, dead_after: float) -> list[dict[str
             else None
         )
         late = process_alive is False or beat.age >= dead_after
-        owners = _job_owners(layout, beat.jobs) if late and not beat.stopped else {}
+        owners = job_owners(layout, beat.jobs) if late and not beat.stopped else {}
         verdict = judge(beat, dead_after, process_alive=process_alive, job_owners=owners)
         raw.pop("_mtime", None)
         raw.update(
@@ -58,16 +55,3 @@ def watcher_rows(layout: Layout, now: float, dead_after: float) -> list[dict[str
         rows.append(raw)
     rows.sort(key=lambda r: ORDER.get(r["state"], len(ORDER)))
     return rows
-
-
-def _job_owners(layout: Layout, jobs: tuple[str, ...]) -> dict[str, str | None]:
-    """Who holds each job now (None: it ended, or cannot be read)."""
-    owners: dict[str, str | None] = {}
-    for job_id in jobs:
-        try:
-            record = read_record(layout.run_dir(job_id))
-        except (OSError, ValueError, HopperError):
-            owners[job_id] = None
-            continue
-        owners[job_id] = None if is_terminal(record.state) else record.owner
-    return owners

@@ -12,6 +12,12 @@ still runs when that can be told, who owns the jobs it listed):
   on the host it ran on); its counts are those of its last beat;
 - ``taken_over``: dead, and none of the jobs it ran is still its own — other
   watchers took them over (or they ended).
+
+A dead or taken-over watcher's file is *stale* once it is :func:`keep_after`
+old and none of the jobs it listed still names it as owner: nothing is left
+for it to tell, and the live watchers (and ``hopper watchers --prune``)
+remove it. A stopped watcher's file is never stale: it holds that host's jobs
+back from a takeover until the host's next watcher starts.
 """
 
 from __future__ import annotations
@@ -22,6 +28,23 @@ from enum import StrEnum
 
 from hopper.core.hosts import Beat
 from hopper.core.owner import parse_owner
+
+KEEP_DEAD = 3600.0  # seconds a dead watcher's file stays listed, at least (keep_after)
+
+
+def keep_after(dead_after: float) -> float:
+    """How old a dead watcher's heartbeat file is before the live watchers remove it:
+    an hour, or twice ``host_dead_after`` if that is longer."""
+    return max(KEEP_DEAD, 2 * dead_after)
+
+
+def stale(beat: Beat, older_than: float, job_owners: Mapping[str, str | None]) -> bool:
+    """May ``beat``'s file go? Not stopped, not beating for ``older_than`` seconds, and
+    none of its jobs still names it (``job_owners``: who holds each job it listed now,
+    None when it ended)."""
+    if beat.stopped or beat.age < older_than:
+        return False
+    return not any(job_owners.get(job) == beat.owner for job in beat.jobs)
 
 
 class WatcherState(StrEnum):

@@ -6,7 +6,9 @@ start time, boot id, version and counts, and removes it on a clean exit —
 unless it leaves jobs running (``on_stop = "detach"``), in which case the
 last beat says ``stopped`` and stays, so other hosts do not take those jobs
 over. Readers: the watchers themselves (core/hosts.py judges hosts dead),
-``hopper watchers``.
+``hopper watchers``. A dead watcher's file is removed by :func:`prune_beats`
+once it is stale (core/watcherview.py): by every live watcher, and by
+``hopper watchers --prune``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,11 @@ from urllib.parse import quote
 
 from hopper import __version__
 from hopper.core.hosts import Beat
+from hopper.core.states import is_terminal
+from hopper.core.watcherview import stale
+from hopper.errors import HopperError
 from hopper.store.atomic import write_atomic
+from hopper.store.jobfile import read_record
 from hopper.store.layout import Layout
 from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_stat
 
@@ -125,3 +131,40 @@ def read_raw(path: Path) -> dict[str, Any] | None:
         return None
     raw["_mtime"] = mtime
     return raw
+
+
+def job_owners(layout: Layout, jobs: Iterable[str]) -> dict[str, str | None]:
+    """Who holds each job now (None: it ended, or cannot be read)."""
+    owners: dict[str, str | None] = {}
+    for job_id in jobs:
+        try:
+            record = read_record(layout.run_dir(job_id))
+        except (OSError, ValueError, HopperError):
+            owners[job_id] = None
+            continue
+        owners[job_id] = None if is_terminal(record.state) else record.owner
+    return owners
+
+
+def prune_beats(
+    layout: Layout, now: float, older_than: float, *, keep_owner: str = ""
+) -> list[tuple[Path, Beat]]:
+    """Remove every heartbeat file that is stale (core/watcherview.py: not stopped, no
+    beat for ``older_than`` seconds, none of its jobs still its own), except
+    ``keep_owner``'s; the files removed, each with what it said. Files of the wrong
+    shape are left for a person (``hopper watchers`` lists them as unreadable)."""
+    removed: list[tuple[Path, Beat]] = []
+    for path in beat_files(layout):
+        raw = read_raw(path)
+        if raw is None:
+            continue
+        try:
+            beat = beat_of(raw, now)
+        except (ValueError, TypeError):
+            continue
+        if beat.owner == keep_owner or beat.stopped or beat.age < older_than:
+            continue  # read no job files for a live or stopped watcher
+        if stale(beat, older_than, job_owners(layout, beat.jobs)):
+            path.unlink(missing_ok=True)  # a path under the root: unlink never follows it
+            removed.append((path, beat))
+    return removed
