@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
+import os
 from typing import Any
 
 from hopper.cli.common import add_root_args, context
-from hopper.core.terminal import terminal_safe
+from hopper.cli.logsetup import stderr_handler
 from hopper.watcher import Watcher
 
 
@@ -25,20 +25,9 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=handle)
 
 
-class _SafeFormatter(logging.Formatter):
-    """One record, one line: log lines quote inbox names, whose control characters
-    (a newline too: it would forge a line of the journal) reach stderr escaped."""
-
-    def formatMessage(self, record: logging.LogRecord) -> str:
-        return terminal_safe(super().formatMessage(record))
-
-    def formatException(self, ei: Any) -> str:
-        return terminal_safe(super().formatException(ei), lines=True)
-
-
 def setup_logging(verbose: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_SafeFormatter("%(levelname)s %(name)s: %(message)s"))
+    """Log to stderr, one line a record (cli/logsetup.py: priorities for the journal)."""
+    handler = stderr_handler(os.environ)
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     logging.getLogger("watchdog").setLevel(logging.WARNING)
 
