@@ -1,0 +1,535 @@
+"""The session host: one live interactive agent in a pseudo-terminal, its turns, its limits.
+
+Theory of operation. One host per live session, in a session of its own (it
+outlives the watcher as a job's supervisor does) and a child subreaper (the
+agent's whole tree stays below it). It starts the agent's CLI on a pty in the
+session's workdir and then loops, never blocking longer than its next
+deadline, on one ``select``: the terminal's output (recorded into the
+current message job's terminal.cast, fed to attached clients, kept as a
+screen tail the agent's ``ready`` reads), its socket (attach, interrupt,
+close, poke), and a self-pipe for signals (handlers only set flags).
+
+Messages are files (``requests/<job id>.json``, the executor's); the host
+takes the first in job-id order once the agent is ready, types it, and ends
+the turn when the agent's Stop-hook marker appears (``stop_hook``), else
+when the session log shows the agent waiting and quiet for ``settle``
+seconds (``session_log``), else at the job's timeout (``timeout``); an
+interrupt ends it ``interrupted`` (two within :data:`DOUBLE_INTERRUPT`
+seconds close the session). Each end is written into the job's run
+directory (turn.py) before the request is removed, so a watcher that died
+meanwhile finds it there after its restart.
+
+The session ends (``session.json`` says why) after ``session_idle`` seconds
+with no message (the agent's session id is kept: the next message resumes
+it in a new host), at ``session_max``, when the tree's RSS passes
+``memory_max``, when the agent exits, on ``close`` or SIGTERM: SIGTERM to
+the agent's process group, ``grace``, then SIGKILL rounds (proc/ladder.py,
+proc/reaper.py). Standard library only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hopper.proc import proctree
+from hopper.proc.ladder import KillTree, Ladder
+from hopper.proc.reaper import Reaper
+from hopper.proc.rundir import RunDir
+from hopper.sessionhost import contract as c
+from hopper.sessionhost.agentapi import InteractiveAgent
+from hopper.sessionhost.attach import Listener, Request
+from hopper.sessionhost.logread import LogState
+from hopper.sessionhost.terminal import Pty, SpawnError
+from hopper.sessionhost.turn import Turn, iso
+
+DOUBLE_INTERRUPT = 2.0  # seconds: a second interrupt this soon closes the session
+READY_FALLBACK = 60.0  # seconds after the start: type anyway if ready() never said so
+REQUEST_SCAN = 0.25  # seconds between looks at requests/
+LOG_SCAN = 0.25  # seconds between reads of the agent's session log
+MEMORY_SCAN = 1.0
+SCREEN_TAIL = 16 * 1024
+PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """What the executor hands a new host (on its stdin: ``env`` holds secrets)."""
+
+    name: str
+    agent_name: str
+    session_dir: str
+    workdir: str
+    agent: Mapping[str, Any]  # the job's agent spec: agent_for() picks the CLI
+    env: Mapping[str, str]
+    resume_id: str | None = None
+    session_idle: float | None = 300.0
+    session_max: float | None = 86400.0
+    memory_max: int | None = None
+    grace: float = 5.0
+    settle: float = 3.0  # quiet seconds after the log says "waiting" before the turn ends
+    own_job: str | None = None  # a session of its own: ends once this job's turn ended
+    rows: int = 40
+    cols: int = 120
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> HostSpec:
+        names = set(cls.__dataclass_fields__)
+        return cls(**{k: v for k, v in obj.items() if k in names})
+
+
+@dataclass
+class Flags:
+    term: bool = False
+    child: bool = False
+
+
+@dataclass
+class Host:
+    spec: HostSpec
+    agent: InteractiveAgent
+    session_dir: Path = field(init=False)
+    files: RunDir = field(init=False)
+    flags: Flags = field(default_factory=Flags)
+
+    def __post_init__(self) -> None:
+        self.session_dir = Path(self.spec.session_dir)
+        self.files = RunDir(self.spec.session_dir)
+        self.reaper = Reaper()
+        self.pty: Pty | None = None
+        self.turn: Turn | None = None
+        self.log = LogState()
+        self.log.session_id = self.spec.resume_id
+        now = time.monotonic()
+        self.born = now
+        self.idle_since = now
+        self.ready = False
+        self.screen = bytearray()
+        self.ladder = Ladder(grace=self.spec.grace)
+        self.last_interrupt = -1e9
+        self.next_requests = self.next_log = self.next_memory = now
+        self.done_jobs: set[str] = set()
+        self.state = c.SessionState(
+            name=self.spec.name,
+            agent=self.spec.agent_name,
+            workdir=self.spec.workdir,
+            state=c.STARTING,
+            host_pid=os.getpid(),
+            host_start=start_time(os.getpid()),
+            started_at=iso(time.time()),
+            updated_at=iso(time.time()),
+            session_id=self.spec.resume_id,
+        )
+        self.listener = Listener(self.files.fd)
+
+    # -- records ------------------------------------------------------------------
+    def note(self, text: str) -> None:
+        line = f"{iso(time.time())} {text}\n"
+        try:
+            self.files.append(c.HOST_LOG, line.encode(errors="replace"))
+        except OSError:
+            pass
+
+    def save(self, **changes: Any) -> None:
+        self.state = replace(self.state, updated_at=iso(time.time()), **changes)
+        try:
+            self.files.replace(c.SESSION_FILE, self.state.to_json(), durable=True)
+        except OSError as exc:
+            self.note(f"cannot write session.json: {exc}")
+
+    # -- start --------------------------------------------------------------------
+    def start(self) -> bool:
+        spec = self.spec
+        try:
+            self.agent.prepare(self.session_dir, Path(spec.workdir), spec.env)
+            env = self.agent.env(spec.env)
+            argv = self.agent.argv(spec.resume_id)
+            self.pty = Pty.spawn(argv, env, spec.workdir, (spec.rows, spec.cols))
+        except (SpawnError, OSError, ValueError) as exc:
+            self.note(f"the agent cannot start: {exc}")
+            self.save(
+                state=c.ENDED,
+                ended_reason=c.ENDED_FAILED,
+                ended_at=iso(time.time()),
+                detail=f"the agent cannot start: {exc}",
+            )
+            return False
+        self.reaper.pid = self.pty.pid
+        self.save(agent_pid=self.pty.pid)
+        self.note(f"agent pid={self.pty.pid} argv0={argv[0]} resume={spec.resume_id}")
+        return True
+
+    # -- the loop -----------------------------------------------------------------
+    def run(self) -> int:
+        if not self.start():
+            self.listener.close()
+            return 1
+        assert self.pty is not None
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        signal.signal(signal.SIGCHLD, self._on_child)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        try:
+            while not self._over():
+                self._step(wake_r)
+        finally:
+            signal.set_wakeup_fd(-1)
+            os.close(wake_r)
+            os.close(wake_w)
+        self._finish()
+        return 0
+
+    def _on_term(self, signum: int, frame: object) -> None:
+        self.flags.term = True
+
+    def _on_child(self, signum: int, frame: object) -> None:
+        self.flags.child = True
+
+    def _over(self) -> bool:
+        """The agent is reaped and nothing is left below the host."""
+        return self.pty is None or (
+            self.reaper.status is not None and not self.reaper.has_children()
+        )
+
+    def _timeout(self, now: float) -> float:
+        due = [self.next_requests, self.next_memory]
+        if self.turn is not None:
+            due.append(self.next_log)
+            if self.turn.deadline is not None:
+                due.append(self.turn.deadline)
+        if self.ladder.due is not None:
+            due.append(self.ladder.due)
+        return max(0.0, min(min(due) - now, 1.0))
+
+    def _step(self, wake_r: int) -> None:
+        assert self.pty is not None
+        now = time.monotonic()
+        fds: list[Any] = [wake_r, self.listener, *self.listener.clients]
+        if self.pty.master >= 0:
+            fds.append(self.pty.master)
+        writers = [cl for cl in self.listener.clients if cl.outbuf]
+        try:
+            readable, writable, _ = select.select(fds, writers, [], self._timeout(now))
+        except InterruptedError:
+            readable, writable = [], []
+        now = time.monotonic()
+        if wake_r in readable:
+            try:
+                while os.read(wake_r, 512):
+                    pass
+            except BlockingIOError:
+                pass
+        for client in writable:
+            self.listener.flush(client)
+        if self.pty.master in readable:
+            self._output(now)
+        if self.listener in readable:
+            self.listener.accept()
+        for client in list(self.listener.clients):
+            if client in readable:
+                for req in self.listener.read(client):
+                    self._serve(req, now)
+        self.reaper.reap()
+        if self.flags.term:
+            self.flags.term = False
+            self._close(c.ENDED_CLOSED, "the host was asked to stop (SIGTERM)", now)
+        if self.reaper.status is not None and self.ladder.due is None:
+            self._agent_gone(now)
+        if self.ladder.due is None:
+            self._turns(now)
+            self._limits(now)
+        self._ladder(now)
+
+    # -- terminal -----------------------------------------------------------------
+    def _output(self, now: float) -> None:
+        assert self.pty is not None
+        data = self.pty.read()
+        if data is None:  # every holder of the slave side is gone
+            self.pty.close()
+            self.pty.master = -1
+            return
+        if not data:
+            return
+        self.screen += data
+        del self.screen[:-SCREEN_TAIL]
+        if self.turn is not None:
+            self.turn.cast.output(data, now)
+        self.listener.broadcast(data)
+        if not self.ready and self.agent.ready(bytes(self.screen)):
+            self.ready = True
+            if self.state.state == c.STARTING:
+                self.save(state=c.IDLE)
+
+    def _type(self, data: bytes) -> None:
+        if self.pty is not None and self.pty.master >= 0:
+            self.pty.write(data)
+
+    # -- requests from the socket ---------------------------------------------------
+    def _serve(self, req: Request, now: float) -> None:
+        if req.op == "input":
+            self._type(req.data)
+            return
+        if req.op == "attach":
+            self.listener.answer(req.client, {"ok": True, "state": self.state.state})
+            self.listener.send(req.client, bytes(self.screen))
+            self.listener.flush(req.client)
+            return
+        if req.op == "poke":
+            self.next_requests = now
+            self.listener.answer(req.client, {"ok": True}, end=True)
+            return
+        if req.op == "close":
+            self._close(c.ENDED_CLOSED, "closed on request (hopper sessions close)", now)
+            self.listener.answer(req.client, {"ok": True, "state": self.state.state}, end=True)
+            return
+        # interrupt
+        double = now - self.last_interrupt <= DOUBLE_INTERRUPT
+        self.last_interrupt = now
+        if double:
+            self._close(c.ENDED_CLOSED, "two interrupts within 2 s", now)
+            self.listener.answer(req.client, {"ok": True, "closed": True}, end=True)
+            return
+        job = self.turn.request.job_id if self.turn is not None else None
+        self._type(self.agent.interrupt_keys())
+        if self.turn is not None:
+            self._end_turn(c.INTERRUPTED, "interrupted on request", now)
+        self.ready = False
+        self.screen.clear()
+        self.listener.answer(req.client, {"ok": True, "job": job}, end=True)
+
+    # -- turns ----------------------------------------------------------------------
+    def _pending(self) -> c.TurnRequest | None:
+        try:
+            names = sorted(os.listdir(self.session_dir / c.REQUESTS_DIR))
+        except OSError:
+            return None
+        for name in names:
+            if name.startswith(".") or not name.endswith(".json"):
+                continue
+            data = c.read_small(self.session_dir / c.REQUESTS_DIR / name)
+            req = c.TurnRequest.from_json(data) if data is not None else None
+            if req is None or req.job_id in self.done_jobs:
+                continue
+            if c.read_turn_end(Path(req.run_dir)) is not None:
+                self._drop_request(req.job_id)  # ended before a restart of ours
+                continue
+            return req
+        return None
+
+    def _drop_request(self, job_id: str) -> None:
+        try:
+            os.unlink(self.session_dir / c.REQUESTS_DIR / f"{job_id}.json")
+        except OSError:
+            pass
+
+    def _turns(self, now: float) -> None:
+        if self.turn is not None:
+            self._watch_turn(now)
+            return
+        if now < self.next_requests:
+            return
+        self.next_requests = now + REQUEST_SCAN
+        if not self.ready and now - self.born >= READY_FALLBACK:
+            self.note(f"the agent never looked ready in {READY_FALLBACK:.0f} s: typing anyway")
+            self.ready = True
+        if not self.ready:
+            return
+        req = self._pending()
+        if req is None:
+            return
+        self._begin_turn(req, now)
+
+    def _markers(self) -> frozenset[str]:
+        return frozenset(str(p) for p in self.agent.markers(self.session_dir))
+
+    def _read_log(self) -> tuple[list[str], bool]:
+        try:
+            view = self.agent.read_log(self.log.session_id, self.log.offset)
+        except (OSError, ValueError) as exc:
+            self.note(f"cannot read the agent's session log: {exc}")
+            return [], False
+        return self.log.feed(view)
+
+    def _begin_turn(self, req: c.TurnRequest, now: float) -> None:
+        assert self.pty is not None
+        self._read_log()  # up to now: the turn's usage starts here
+        number = self.state.turns + 1
+        try:
+            turn = Turn.begin(
+                req, number, self._markers(), self.log.usage, (self.pty.rows, self.pty.cols), now
+            )
+        except OSError as exc:
+            self.note(f"job={req.job_id} run directory unusable: {exc}; request dropped")
+            self.done_jobs.add(req.job_id)
+            self._drop_request(req.job_id)
+            return
+        self.turn = turn
+        self.log.waiting = False
+        turn.log(f"[hopper] turn {number} of session {self.spec.name} (agent pid {self.pty.pid})\n")
+        turn.cast.output(bytes(self.screen[-4096:]), now)
+        self.ready = False
+        self.screen.clear()
+        self._type(self.agent.type_prompt(req.text))
+        self.save(state=c.BUSY, job=req.job_id, turns=number)
+        self.note(f"job={req.job_id} turn={number} typed")
+
+    def _watch_turn(self, now: float) -> None:
+        turn = self.turn
+        assert turn is not None
+        new_markers = self._markers() - turn.markers
+        if now >= self.next_log or new_markers:
+            self.next_log = now + LOG_SCAN
+            lines, news = self._read_log()
+            if lines:
+                turn.log("".join(lines))
+            if news:
+                turn.last_change = now
+        if new_markers:
+            self._end_turn(c.STOP_HOOK, "", now)
+        elif self.log.waiting and now - turn.last_change >= self.spec.settle:
+            self._end_turn(c.SESSION_LOG, f"the session log waited {self.spec.settle:g} s", now)
+        elif turn.deadline is not None and now >= turn.deadline:
+            self._type(self.agent.interrupt_keys())
+            self.ready = False
+            self._end_turn(c.TIMEOUT, f"no end of turn within {turn.request.timeout:g} s", now)
+
+    def _end_turn(self, how: str, detail: str, now: float) -> None:
+        turn = self.turn
+        if turn is None:
+            return
+        self.turn = None
+        turn.result = self.log.last_text if how in c.COMPLETED_TURNS else None
+        pid = self.pty.pid if self.pty is not None else None
+        record = turn.finish(how, detail, self.log.session_id, pid, self.log.usage)
+        self.done_jobs.add(turn.request.job_id)
+        self.idle_since = now
+        self.note(f"job={turn.request.job_id} turn={turn.number} ended={how}")
+        self.log.last_text = None
+        state = self.state.state if self.state.state == c.CLOSING else c.IDLE
+        self.save(
+            state=state,
+            job=None,
+            session_id=self.log.session_id,
+            usage=dict(self.log.usage),
+            last_turn_at=iso(time.time()),
+        )
+        turn.commit(record)  # after session.json: whoever sees turn.json sees the session idle
+        self._drop_request(turn.request.job_id)
+        if self.spec.own_job is not None and turn.request.job_id == self.spec.own_job:
+            self._close(c.ENDED_JOB, "its one job ended", now)
+
+    # -- limits and the end ---------------------------------------------------------
+    def _limits(self, now: float) -> None:
+        spec = self.spec
+        if spec.session_max is not None and now - self.born >= spec.session_max:
+            self._close(c.ENDED_MAX_AGE, f"session_max ({spec.session_max:g} s) reached", now)
+            return
+        idle = self.turn is None and spec.session_idle is not None
+        if idle and spec.session_idle is not None and now - self.idle_since >= spec.session_idle:
+            if self._pending() is None:
+                self._close(
+                    c.ENDED_IDLE, f"no message for session_idle ({spec.session_idle:g} s)", now
+                )
+                return
+            self.idle_since = now
+        if spec.memory_max is not None and now >= self.next_memory:
+            self.next_memory = now + MEMORY_SCAN
+            rss = tree_rss()
+            if rss > spec.memory_max:
+                self._close(
+                    c.ENDED_MEMORY,
+                    f"the session's tree used {rss} bytes, over memory_max {spec.memory_max}",
+                    now,
+                )
+
+    def _close(self, why: str, detail: str, now: float) -> None:
+        if self.ladder.stopping:
+            return
+        self.note(f"closing: {why}: {detail}")
+        if self.turn is not None:
+            self._end_turn(c.SESSION_ENDED, f"the session ended: {detail}", now)
+        self.save(state=c.CLOSING, ended_reason=why, detail=detail)
+        self.ladder = self.ladder.begin(now, [signal.SIGTERM])
+
+    def _agent_gone(self, now: float) -> None:
+        status = self.reaper.status
+        assert status is not None
+        code = os.waitstatus_to_exitcode(status)
+        detail = f"the agent exited (status {code})"
+        if self.turn is not None:
+            self._end_turn(c.AGENT_EXITED, detail, now)
+        if self.state.ended_reason is None:
+            self.save(ended_reason=c.ENDED_AGENT, detail=detail)
+        self.ladder = self.ladder.begin(now, [])  # leftovers: SIGKILL rounds
+
+    def _ladder(self, now: float) -> None:
+        self.ladder, action = self.ladder.step(now)
+        if action is None or self.pty is None:
+            return
+        if isinstance(action, KillTree):
+            self.pty.signal_group(signal.SIGKILL)
+            self.reaper.kill_all()
+        else:
+            self.pty.signal_group(action.signal)
+
+    def _finish(self) -> None:
+        if self.pty is not None:
+            self.pty.close()
+        self.listener.close()
+        reason = self.state.ended_reason or c.ENDED_AGENT
+        self.save(state=c.ENDED, job=None, ended_reason=reason, ended_at=iso(time.time()))
+        self.note(f"ended: {reason}")
+
+
+def tree_rss() -> int:
+    """The resident bytes of every process below the host."""
+    procs = proctree.tree()
+    if procs is None:
+        scan = proctree.scan()
+        procs = {pid: scan[pid] for pid in proctree.below(scan)}
+    pages = 0
+    for fields in procs.values():
+        try:
+            if fields[proctree.STATE] != b"Z":
+                pages += int(fields[proctree.RSS])
+        except (IndexError, ValueError):
+            continue
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def start_time(pid: int) -> float | None:
+    """When ``pid`` started, in seconds since the epoch, as psutil reckons it
+    (proc/identity.py compares with psutil's create_time)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        ticks = int(stat[stat.rfind(b")") + 2 :].split()[19])
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime "):
+                    return int(line.split()[1]) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def become_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+
+
+def serve(spec: HostSpec, agent: InteractiveAgent) -> int:
+    """Run a host for ``spec`` in this process until its session ends."""
+    become_subreaper()
+    os.makedirs(Path(spec.session_dir) / c.REQUESTS_DIR, mode=0o700, exist_ok=True)
+    return Host(spec, agent).run()

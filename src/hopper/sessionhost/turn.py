@@ -1,0 +1,175 @@
+"""One message's turn: its files in the job's run directory, and how it ended.
+
+The host types the message, then feeds the turn what the terminal shows
+(terminal.cast), what the agent's session log says (job.log's readable
+text, the result, the usage) and finally how the turn ended: ``turn.json``
+durably last, after ``result.md`` and ``agent.json`` (the driver's summary
+format, so the watcher files the job as it files a headless agent's), so a
+reader that sees turn.json sees the rest. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hopper.proc.rundir import RunDir
+from hopper.sessionhost.cast import Cast
+from hopper.sessionhost.contract import (
+    CAST_FILE,
+    COMPLETED_TURNS,
+    TURN_FILE,
+    TurnEnd,
+    TurnRequest,
+)
+
+LOG_FILE = "job.log"
+RESULT_FILE = "result.md"
+SUMMARY_FILE = "agent.json"
+RESULT_LIMIT = 1024 * 1024  # result.md's bytes at most
+
+Usage = dict[str, float | int | None]
+
+
+def iso(ts: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1e6):06d}+00:00"
+
+
+def usage_delta(
+    before: Mapping[str, float | int | None], after: Mapping[str, float | int | None]
+) -> Usage:
+    """The turn's figures: the difference of the session's cumulative ones."""
+    out: Usage = {}
+    for key, value in after.items():
+        if value is None:
+            continue
+        prior = before.get(key) or 0
+        diff = value - prior
+        out[key] = round(diff, 6) if isinstance(diff, float) else diff
+    return out
+
+
+@dataclass
+class Turn:
+    request: TurnRequest
+    number: int
+    started: float  # monotonic
+    started_at: str
+    deadline: float | None  # monotonic: the job's timeout
+    markers: frozenset[str]  # the agent's markers before the turn
+    usage_before: Usage
+    files: RunDir
+    cast: Cast
+    log_fd: int
+    result: str | None = None
+    last_change: float = 0.0  # monotonic: when the agent's log last grew
+    ended: str | None = None
+    detail: str = ""
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def begin(
+        cls,
+        request: TurnRequest,
+        number: int,
+        markers: frozenset[str],
+        usage: Usage,
+        size: tuple[int, int],
+        now: float,
+    ) -> Turn:
+        files = RunDir(request.run_dir)
+        cast = Cast(files, CAST_FILE, size, request.cast_max, start=now)
+        log_fd = files.open_log(str(Path(request.run_dir) / LOG_FILE))
+        deadline = None if request.timeout is None else now + request.timeout
+        turn = cls(
+            request,
+            number,
+            now,
+            iso(time.time()),
+            deadline,
+            markers,
+            dict(usage),
+            files,
+            cast,
+            log_fd,
+            last_change=now,
+        )
+        return turn
+
+    def log(self, text: str) -> None:
+        try:
+            os.write(self.log_fd, text.encode(errors="replace"))
+        except OSError:
+            pass  # disk full: the turn goes on; turn.json is retried until it lands
+
+    def finish(
+        self,
+        ended: str,
+        detail: str,
+        session_id: str | None,
+        agent_pid: int | None,
+        usage_after: Usage,
+    ) -> TurnEnd:
+        """Write result.md and agent.json; the record :meth:`commit` then writes."""
+        self.ended, self.detail = ended, detail
+        self.cast.close()
+        usage = usage_delta(self.usage_before, usage_after)
+        wrote_result = False
+        if self.result:
+            data = self.result.encode(errors="replace")[:RESULT_LIMIT]
+            try:
+                self.files.replace(RESULT_FILE, data + b"\n", durable=False)
+                wrote_result = True
+            except OSError:
+                pass
+        summary: dict[str, object] = {
+            "outcome": "succeeded" if ended in COMPLETED_TURNS else None,
+            "detail": detail,
+            "session_id": session_id,
+            "turns": self.number,
+            "usage": {k: v for k, v in usage.items() if v is not None and v >= 0},
+            "agent_state": "waiting_for_input" if ended in COMPLETED_TURNS else "idle",
+        }
+        if wrote_result:
+            summary["result_path"] = RESULT_FILE
+        try:
+            self.files.replace(SUMMARY_FILE, json.dumps(summary).encode() + b"\n", durable=False)
+        except OSError:
+            pass
+        self.log(f"[hopper] turn {self.number} ended: {ended}{': ' + detail if detail else ''}\n")
+        record = TurnEnd(
+            job_id=self.request.job_id,
+            turn=self.number,
+            ended=ended,
+            detail=detail,
+            session_id=session_id,
+            agent_pid=agent_pid,
+            host_pid=os.getpid(),
+            started_at=self.started_at,
+            finished_at=iso(time.time()),
+            usage=usage,
+            result=wrote_result,
+        )
+        return record
+
+    def commit(self, record: TurnEnd) -> None:
+        """turn.json, durably (retried a few times on a full disk): the turn is over."""
+        delay = 0.1
+        for _ in range(20):
+            if self.files.gone():
+                break  # the run directory was deleted: the watcher files the job lost
+            try:
+                self.files.replace(TURN_FILE, record.to_json(), durable=True)
+                break
+            except OSError:
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        try:
+            os.close(self.log_fd)
+        except OSError:
+            pass
+        os.close(self.files.fd)
