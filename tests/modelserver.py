@@ -31,6 +31,10 @@ A turn is one of:
   seconds pass between SSE chunks (a slow stream; the text is sent in
   ``chunks`` deltas of equal size: ``"tick0\ntick1\n"`` with ``chunks=2`` is
   one line per delta).
+* ``text(..., usage={"input_tokens": 500, "output_tokens": 90})`` — the token
+  figures the reply reports (any of input_tokens, output_tokens,
+  cache_creation_input_tokens, cache_read_input_tokens; default 10 in, 5 out), to
+  cross a budget; ``tool(..., usage=…)`` likewise.
 * ``tool(command, delay=0.0)`` — one shell tool call running ``command``. For
   Anthropic it is a ``Bash`` tool_use ``{"command": command}``; for Responses the
   tool name and argument shape are taken from the request's ``tools`` list
@@ -96,16 +100,31 @@ class Turn:
     delay: float = 0.0
     retry_after: float = 0.0
     chunks: int = 3
+    usage: dict[str, int] | None = None  # token figures reported (default 10 in, 5 out)
 
 
-def text(s: str, delay: float = 0.0, chunks: int = 3) -> Turn:
-    """A plain text reply in ``chunks`` deltas; ``delay`` seconds between stream chunks."""
-    return Turn("text", text=s, delay=delay, chunks=chunks)
+def text(s: str, delay: float = 0.0, chunks: int = 3, usage: dict[str, int] | None = None) -> Turn:
+    """A plain text reply in ``chunks`` deltas; ``delay`` seconds between stream chunks;
+    ``usage``: the token figures it reports (Anthropic's names, see :func:`_usage`)."""
+    return Turn("text", text=s, delay=delay, chunks=chunks, usage=usage)
 
 
-def tool(command: str, delay: float = 0.0) -> Turn:
+def tool(command: str, delay: float = 0.0, usage: dict[str, int] | None = None) -> Turn:
     """One shell tool call running ``command`` (Bash for Claude, the shell tool for Codex)."""
-    return Turn("tool", command=command, delay=delay)
+    return Turn("tool", command=command, delay=delay, usage=usage)
+
+
+def _usage(turn: Turn) -> dict[str, int]:
+    """A turn's token figures, Anthropic's names: input_tokens, output_tokens,
+    cache_creation_input_tokens, cache_read_input_tokens (Responses: cached_tokens is
+    cache_read_input_tokens, counted inside input_tokens as OpenAI counts it)."""
+    figures = {
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 0,
+    }
+    return {**figures, **(turn.usage or {})}
 
 
 def error(status: int, times: int = 1, retry_after: float = 0.0) -> Turn:
@@ -445,12 +464,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             block = {"type": "text", "text": turn.text}
             stop_reason = "end_turn"
-        usage = {
-            "input_tokens": 10,
-            "output_tokens": 5,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
-        }
+        usage = _usage(turn)
         if not body.get("stream"):
             self._send_json(
                 200,
@@ -594,12 +608,14 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             ev("response.output_item.added", {"output_index": 0, "item": item}, d)
         ev("response.output_item.done", {"output_index": 0, "item": item}, d)
+        figures = _usage(turn)
+        cached = figures["cache_read_input_tokens"]
         usage = {
-            "input_tokens": 10,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": 5,
+            "input_tokens": figures["input_tokens"] + cached,
+            "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": figures["output_tokens"],
             "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": 15,
+            "total_tokens": figures["input_tokens"] + cached + figures["output_tokens"],
         }
         ev(
             "response.completed",
