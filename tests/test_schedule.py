@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hopper.core.budgets import Holds, Rule, Spend, assess
 from hopper.core.record import JobRecord
 from hopper.core.schedule import KnownJob, Pause, SlotLimits, cycles, resolve, schedule
 from hopper.core.states import JobState, Reason
@@ -249,3 +251,24 @@ def test_properties(world: tuple[list[JobRecord], list[JobRecord], SlotLimits, P
                 or (cap is not None and sum(x.group == r.group for x in after) >= cap)
             )
             assert full, r
+
+
+def test_a_reached_budget_holds_its_scope_agent_jobs_only() -> None:
+    zone = ZoneInfo("UTC")
+    rule = Rule("group", "app", "day", "usd", 1.0)
+    spent = Spend("x", NOW, "claude", "app", None, 2.0, None)
+    holds = Holds(tuple(assess([rule], [spent], NOW, zone)), zone)
+    agent = job(1, agent="claude", group="app")
+    script = job(2, agent="bash", group="app")
+    other = job(3, agent="claude", group="web")
+    first = job(4, agent="codex", group="app", session="s")
+    later = job(5, agent="claude", group="web", session="s")  # behind 4 in its session
+    d = schedule(
+        [agent, script, other, later, first], [], WIDE, NO_PAUSE, [], NOW, 60.0, budgets=holds
+    )
+    assert d.start == [script.id, other.id]
+    assert d.waiting[later.id] == "session s has an earlier job"
+    assert set(d.held) == {agent.id, first.id}
+    assert d.held[agent.id].startswith("waiting: group app spent $2.00 of $1.00 today")
+    assert d.waiting[agent.id] == d.held[agent.id]
+    assert d.paused == frozenset()  # not a PAUSE

@@ -35,7 +35,7 @@ from hopper.executors.protocol import Ended, How
 from hopper.proc import identity
 from hopper.runner import Runner
 from hopper.running import Running
-from hopper.store import ledger
+from hopper.store import ledger, spend
 from hopper.store.claim import read_claim
 from hopper.store.finalize import move_prompt
 from hopper.store.jobfile import (
@@ -364,6 +364,7 @@ def _apply(
             runner.ended(Ended(rec, run_dir, How.FILED))
     elif action is Action.COMPLETE_FINALIZE:
         assert record is not None and record.processed_path is not None
+        spend.file_spends(runner.layout, [record])  # once per job: filed before a crash or now
         move_prompt(runner.layout, run_dir, record.processed_path)
         ledger.note(
             run_dir,

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 from hopper import claims
+from hopper.budgetwatch import BudgetWatch
 from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core import lifecycle
-from hopper.core.lifecycle import PriorityChange
+from hopper.core.lifecycle import Held, PriorityChange
 from hopper.core.queued import QueuedJobs
 from hopper.core.record import JobRecord
 from hopper.core.schedule import KnownJob, SlotLimits, schedule
@@ -70,6 +72,8 @@ class Starts:
         self.keepalive = keepalive
         self.known = KnownJobs(layout)
         self.paused: frozenset[str] = frozenset()  # queued ids held only by PAUSE
+        self.held: frozenset[str] = frozenset()  # queued ids a reached budget holds
+        self.budgets = BudgetWatch(layout, config.budgets, clock)
         self._next_queue_sweep = 0.0
         self._sweep: list[str] = []  # queued ids this pass has still to look at, last first
         self._next_slice = 0.0
@@ -95,7 +99,7 @@ class Starts:
             self.queued[retry.id] = retry
         full = self._sweep_markers()
         if not self.queued:
-            self.paused = frozenset()
+            self.paused = self.held = frozenset()
             return
         if not full and self.runner.busy >= self.config.max_parallel:
             return  # no slot to fill; failures wait for the next sweep
@@ -115,8 +119,10 @@ class Starts:
             now=self.clock.now(),
             dependency_timeout=self.config.dependency_timeout,
             elsewhere=self.scale.elsewhere(window, mine),  # slots other watchers hold
+            budgets=self.budgets.holds(),  # the root's spend ledger, every watcher's jobs
         )
         self.paused = decision.paused
+        self._mark_held(window, decision.held, set(decision.start), full)
         if full:  # the verdicts over the whole queue: at most a tenth of the loop too
             end = self.clock.monotonic()
             self._next_queue_sweep = max(self._next_queue_sweep, end + SWEEP_REST * (end - began))
@@ -157,8 +163,40 @@ class Starts:
         if self.queued.special():
             return
         first = self.queued.first(1)
-        if first and first[0].id not in self.paused:
+        if first and first[0].id not in self.paused and first[0].id not in self.held:
             self.runner.start_ahead(first[0])
+
+    def _mark_held(
+        self, window: list[JobRecord], held: dict[str, str], starting: set[str], full: bool
+    ) -> None:
+        """Write why each queued job a budget holds waits into its job.json (``waiting``,
+        read by status, the index and the web), and clear it from those no longer held.
+
+        Written only when it changes, and not fsynced: after a crash the next turn
+        says it again. A job about to start has it cleared by its ``started`` record.
+        """
+        now = self.clock.now()
+        for record in window:
+            why = held.get(record.id)
+            if record.waiting == why or (why is None and record.id in starting):
+                continue
+            if record.id not in self.queued or not self.mine(record.id, record):
+                continue
+            run_dir = self.layout.run_dir(record.id)
+            self.guard.step(
+                f"held:{record.id}",
+                lambda r=record, d=run_dir, w=why: self._hold(r, d, w, now),  # type: ignore[misc]
+            )
+        ids = frozenset(held)
+        self.held = ids if full else (self.held - {r.id for r in window}) | ids
+
+    def _hold(self, record: JobRecord, run_dir: Path, why: str | None, now: datetime) -> None:
+        step = lifecycle.held(record, Held(now, why))
+        self.queued[record.id] = ledger.commit(run_dir, step, durable=False)
+        if why is None:
+            log.info("job=%s released: no budget holds it now", record.id)
+        else:
+            log.info("job=%s held: %s", record.id, why)
 
     def _sweep_markers(self) -> bool:
         """ABORT and PRIORITY markers of queued jobs; True when a pass has just ended.

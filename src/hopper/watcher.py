@@ -265,7 +265,9 @@ class Watcher:
         before = self.runner.running_count()
         self._guarded("poll", self.runner.poll)  # ended jobs are handled in Runner.ended
         if self.runner.running_count() < before and not self.flags.stop:
-            # A slot just freed: fill it now, not a poll_interval later.
+            # A slot just freed: fill it now, not a poll_interval later, with the
+            # spend of what just ended counted.
+            self.starts.budgets.refresh()
             self._guarded("start", self.starts.start_queued)
         self._guarded("starts", self.runner.settle_starts)
         if not self.flags.stop and self.degraded is None:
@@ -360,7 +362,9 @@ class Watcher:
             log.info("recovered: %s", ", ".join(f"{k}={v}" for k, v in acted.items()))
 
     def idle(self) -> bool:
-        paused = self.starts.paused
+        paused = self.starts.paused  # by PAUSE, or by a budget reached
+        if self.starts.held:
+            paused = paused | self.starts.held
         held = (  # PAUSE: drained (lengths first: no set of a long queue on every turn)
             not self.runner.running_count()
             and len(self.queued) <= len(paused)

@@ -61,6 +61,7 @@ FIELDS: dict[str, str] = {
     "attempt": "int",
     "retries": "int",
     "not_before": "time?",
+    "waiting": "str?",
     "pid": "int?",
     "pid_start_time": "float?",
     "supervisor_pid": "int?",

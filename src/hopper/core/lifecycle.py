@@ -61,6 +61,7 @@ LIFECYCLE_FIELDS = frozenset(
         "signal",
         "attempt",
         "not_before",
+        "waiting",
         "pid",
         "pid_start_time",
         "supervisor_pid",
@@ -230,6 +231,23 @@ def start_failed(record: JobRecord, fact: StartFailed) -> Step:
     return Step(new, (event,))
 
 
+@dataclass(frozen=True)
+class Held:
+    """Why a queued job is held back now (a budget reached); None: no longer held."""
+
+    at: datetime
+    why: str | None
+
+
+def held(record: JobRecord, fact: Held) -> Step:
+    _require(record, {JobState.QUEUED}, "holding a job")
+    if fact.why is None:
+        event = Event("released", fact.at, {"was": record.waiting})
+    else:
+        event = Event("held", fact.at, {"why": fact.why})
+    return Step(revise(record, waiting=fact.why), (event,))
+
+
 # -- running ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Started:
@@ -251,6 +269,7 @@ def started(record: JobRecord, fact: Started) -> Step:
     check_transition(record.state, JobState.RUNNING)  # QUEUED -> RUNNING
     update: dict[str, object] = {
         "state": JobState.RUNNING,
+        "waiting": None,
         "started_at": fact.at,
         "heartbeat_at": fact.at,
         "workdir": fact.workdir,

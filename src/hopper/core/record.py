@@ -92,6 +92,11 @@ class JobRecord(BaseModel):
     attempt: int = Field(1, description="1-based; earlier attempts' logs are job.<n>.log")
     retries: int = Field(0, description="extra attempts allowed after the first")
     not_before: datetime | None = Field(None, description="a retry waits until this time")
+    waiting: str | None = Field(
+        None,
+        description="queued: why hopper holds the job back (a budget reached: whose, how "
+        "much was spent of what, when it resets, the key to raise); null otherwise",
+    )
     pid: int | None = Field(None, description="the job's main process (its process group leader)")
     pid_start_time: float | None = Field(None, description="its start time (epoch seconds)")
     supervisor_pid: int | None = None

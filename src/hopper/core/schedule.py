@@ -11,6 +11,9 @@ A queued job may start when all of these hold:
   not paused (an agent job of the session failed with ``on_error = "pause"``;
   ``<root>/sessions/<name>.paused`` holds all its later jobs until removed);
 - a retry's ``not_before`` has passed;
+- no budget of its scope is reached (``[budgets]``, core/budgets.py): an agent
+  job of a group, agent or session that spent its budget this period waits
+  (``held``, with the reason), while bash jobs and other scopes run on;
 - every job named in ``after`` has succeeded;
 - no job of its ``session`` runs, and none was claimed before it and is
   still queued (sessions run one at a time, in claim order);
@@ -37,6 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from hopper.core.budgets import Holds
 from hopper.core.record import JobRecord
 from hopper.core.sessions import session_free
 from hopper.core.states import ACTIVE_STATES, JobState, Reason
@@ -117,6 +121,7 @@ class Decision:
     fail: list[Failure]
     paused: frozenset[str]  # queued ids held only by a PAUSE marker or a paused session
     waiting: dict[str, str]  # queued id -> why it waits (dependencies, session, slots …)
+    held: dict[str, str] = field(default_factory=dict)  # queued id -> the budget that holds it
 
 
 def resolve(ref: str, known: Sequence[KnownJob]) -> KnownJob | None:
@@ -255,9 +260,12 @@ def schedule(
     now: datetime,
     dependency_timeout: float,
     elsewhere: Elsewhere | None = None,
+    budgets: Holds | None = None,
 ) -> Decision:
     """Decide which of ``queued`` start now (in start order) and which fail."""
     other = elsewhere or Elsewhere()
+    holds = budgets or Holds()
+    held: dict[str, str] = {}
     failures, waiting = _dependencies(queued, known, now, dependency_timeout)
     failing = {f.job_id for f in failures}
     busy = {r.session for r in running if r.session} | set(other.sessions)
@@ -283,6 +291,10 @@ def schedule(
         if pause.covers(record.group):
             paused.add(record.id)
             continue
+        hold = holds.why(record.agent, record.group, record.session)  # None for bash
+        if hold is not None:
+            waiting[record.id] = held[record.id] = hold
+            continue
         if record.not_before is not None and record.not_before > now:
             waiting[record.id] = "retry backing off"
             continue
@@ -306,4 +318,4 @@ def schedule(
             total += 1
             per_agent[record.agent] += 1
             per_group[record.group] += 1
-    return Decision(start, failures, frozenset(paused), waiting)
+    return Decision(start, failures, frozenset(paused), waiting, held)

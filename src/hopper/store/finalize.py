@@ -4,6 +4,9 @@ Steps and what a crash after each leaves behind:
 
 1. write ``job.json`` (terminal, with processed_path)  -> prompt.md still in
    the run dir: recovery moves it (the move is idempotent).
+1b. file the job's spend in the root's ledger (store/spend.py; agent jobs
+   that reported usage)                                 -> recovery files it
+   again before the move (once per job: the entry is named after it).
 2. withhold the job's env values (store/withhold.py): prompt.md and
    admission.json rewritten without them, prompt.md 0600 -> recovery
    repeats it (idempotent), then moves.
@@ -38,7 +41,7 @@ from hopper.core.lifecycle import Ended, ExitFigures, Filed
 from hopper.core.record import JobRecord
 from hopper.core.states import Reason
 from hopper.faults import crash_point
-from hopper.store import ledger
+from hopper.store import ledger, spend
 from hopper.store.jobfile import PROMPT_FILE, read_record
 from hopper.store.layout import PROMPT_SUFFIX, Layout, parts_below
 from hopper.store.withhold import withhold_env
@@ -105,6 +108,11 @@ def file_terminals(
         ledger.Entry(run_dir, lifecycle.ended(record, fact)) for run_dir, record, fact in endings
     ]
     failed = {id(f.entry): f.error for f in ledger.commit_batch(entries, crash=_AFTER_RECORD)}
+    committed = [e for e in entries if id(e) not in failed]
+    try:
+        spend.file_spends(layout, (e.step.record for e in committed))
+    except OSError as exc:  # no prompt moves: recovery completes the finalize, spend first
+        failed.update((id(e), exc) for e in committed if spend.entry_of(e.step.record))
     results: list[JobRecord | OSError] = []
     for entry in entries:
         error = failed.get(id(entry))
