@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from hopper.core.budgets import (
     Holds,
+    JobSpend,
     Rule,
-    Spend,
     assess,
     hold_reason,
     period_end,
@@ -34,8 +34,8 @@ def spend(
     session: str | None = None,
     usd: float | None = 1.0,
     tokens: int | None = 1000,
-) -> Spend:
-    return Spend(job, at(finished), agent, group, session, usd, tokens)
+) -> JobSpend:
+    return JobSpend(job, at(finished), agent, group, session, usd, tokens)
 
 
 def test_a_day_starts_at_midnight_in_the_zone_not_in_utc() -> None:

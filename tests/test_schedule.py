@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hopper.core.budgets import Holds, Rule, Spend, assess
+from hopper.core.budgets import Holds, JobSpend, Rule, assess
 from hopper.core.record import JobRecord
 from hopper.core.schedule import KnownJob, Pause, SlotLimits, cycles, resolve, schedule
 from hopper.core.states import JobState, Reason
@@ -256,7 +256,7 @@ def test_properties(world: tuple[list[JobRecord], list[JobRecord], SlotLimits, P
 def test_a_reached_budget_holds_its_scope_agent_jobs_only() -> None:
     zone = ZoneInfo("UTC")
     rule = Rule("group", "app", "day", "usd", 1.0)
-    spent = Spend("x", NOW, "claude", "app", None, 2.0, None)
+    spent = JobSpend("x", NOW, "claude", "app", None, 2.0, None)
     holds = Holds(tuple(assess([rule], [spent], NOW, zone)), zone)
     agent = job(1, agent="claude", group="app")
     script = job(2, agent="bash", group="app")

@@ -51,7 +51,7 @@ def test_a_job_is_counted_once_however_often_its_end_is_filed(layout: Layout) ->
     assert file_spends(layout, [job]) == 1
     assert file_spends(layout, [job]) == 0  # recovery files it again after a crash
     (only,) = SpendLedger(layout).spends(*DAY)
-    assert (only.job_id, only.cost_usd, only.tokens) == (job.id, 0.25, 150)  # cache not counted
+    assert (only.job_id, only.cost_usd, only.tokens) == (job.id, 0.25, 10_150)  # core/prices.py
     assert (only.agent, only.group, only.session) == ("claude", "app", "s1")
     names = os.listdir(layout.state_dir / SPEND_DIR / "2026-11-26")
     assert names == [f"{job.id}.json"]  # no temporary file left behind

@@ -3,8 +3,8 @@
 Theory of operation. ``[budgets]`` in the config sets limits (:class:`Rule`)
 on what agent jobs spend, in US dollars or in tokens, per day, week or month,
 over a scope: every agent job (``all``), one group, one agent or one session.
-Spend is what finished jobs reported (``usage`` in job.json), one
-:class:`Spend` per job, dated by when the job finished; the shell reads them
+JobSpend is what finished jobs reported (``usage`` in job.json), one
+:class:`JobSpend` per job, dated by when the job finished; the shell reads them
 from the root's spend ledger (store/spend.py), which every watcher shares.
 
 :func:`assess` sums, for each rule, the spend of the jobs it covers that
@@ -16,9 +16,11 @@ waits; the scheduler (core/schedule.py) holds it, bash jobs never. A new
 period needs no event: the next :func:`assess` after the reset counts
 nothing from the period before.
 
-A job whose cost is not known (an agent reporting tokens only, with no price
-for its model) counts against token budgets only; a dollar budget says how
-many such jobs it could not count.
+A job's tokens and cost are what core/prices.py makes of its usage (input,
+output and cache tokens together; the reported or priced cost). A job whose
+cost is not known (an agent reporting tokens only, with no price for its
+model) counts against token budgets only; a dollar budget says how many such
+jobs it could not count.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class Rule:
 
 
 @dataclass(frozen=True)
-class Spend:
+class JobSpend:
     """What one finished job spent: its cost when known, its tokens when reported."""
 
     job_id: str
@@ -186,7 +188,7 @@ def earliest_start(rules: Iterable[Rule], now: datetime, zone: tzinfo) -> dateti
     return min(starts) if starts else None
 
 
-def job_spend(rule: Rule, spend: Spend) -> float | None:
+def job_spend(rule: Rule, spend: JobSpend) -> float | None:
     """What ``spend`` counts against ``rule`` (None: not known in its unit)."""
     if rule.unit == "usd":
         return spend.cost_usd
@@ -194,7 +196,7 @@ def job_spend(rule: Rule, spend: Spend) -> float | None:
 
 
 def assess(
-    rules: Sequence[Rule], spends: Iterable[Spend], now: datetime, zone: tzinfo
+    rules: Sequence[Rule], spends: Iterable[JobSpend], now: datetime, zone: tzinfo
 ) -> list[Budget]:
     """Each rule's spend this period (finished_at in [period start, now]), in rule order."""
     items = list(spends)

@@ -52,7 +52,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from hopper.core.budgets import Spend
+from hopper.core.budgets import JobSpend
+from hopper.core.prices import job_spend
 from hopper.core.record import JobRecord, Usage
 from hopper.core.states import is_terminal
 from hopper.errors import JobFileCorrupt
@@ -95,21 +96,18 @@ def entry_of(record: JobRecord) -> SpendEntry | None:
     )
 
 
-def spend_of(entry: SpendEntry) -> Spend:
-    """The budgets' view of an entry: its cost when known, input + output tokens when
-    reported (cache reads and writes are not counted)."""
-    u = entry.usage
-    tokens = None
-    if u.input_tokens is not None or u.output_tokens is not None:
-        tokens = (u.input_tokens or 0) + (u.output_tokens or 0)
-    return Spend(
+def spend_of(entry: SpendEntry) -> JobSpend:
+    """The budgets' view of an entry: tokens and cost as core/prices.py reckons them
+    (the one home of that arithmetic; a cost the agent did not report is unknown)."""
+    priced = job_spend(entry.usage.model_dump(), None, {})
+    return JobSpend(
         entry.job_id,
         entry.finished_at,
         entry.agent,
         entry.group,
         entry.session,
-        u.cost_usd,
-        tokens,
+        priced.cost_usd,
+        priced.tokens,
     )
 
 
@@ -212,7 +210,7 @@ def _create_in_place(dir_fd: int, name: str, data: bytes) -> int:
 @dataclass
 class _Day:
     stamp: tuple[int, int] = (0, 0)  # the folder's (inode, mtime_ns) when last listed
-    spends: dict[str, Spend | None] = field(default_factory=dict)  # name -> entry (None: bad)
+    spends: dict[str, JobSpend | None] = field(default_factory=dict)  # name -> entry (None: bad)
 
 
 class SpendLedger:
@@ -222,12 +220,12 @@ class SpendLedger:
         self.layout = layout
         self._days: dict[str, _Day] = {}
 
-    def spends(self, since: datetime, until: datetime) -> list[Spend]:
+    def spends(self, since: datetime, until: datetime) -> list[JobSpend]:
         """Every filed spend of a job that finished in [since, until]."""
         days = list(_days_between(since, until))
         for stale in set(self._days) - set(days):
             del self._days[stale]
-        out: list[Spend] = []
+        out: list[JobSpend] = []
         for day in days:
             for spend in self._read_day(day).spends.values():
                 if spend is not None and since <= spend.finished_at <= until:
@@ -264,7 +262,7 @@ class SpendLedger:
         return known
 
 
-def _read_entry(layout: Layout, day: str, name: str, dir_fd: int) -> Spend | None:
+def _read_entry(layout: Layout, day: str, name: str, dir_fd: int) -> JobSpend | None:
     path = layout.state_dir / SPEND_DIR / day / name
     try:
         data = read_bytes(Path(name), ENTRY_LIMIT, dir_fd=dir_fd)
