@@ -160,3 +160,40 @@ def test_a_job_filed_before_a_crash_has_its_spend_filed_by_recovery(layout: Layo
     assert (spent.job_id, spent.cost_usd) == (job_id, 0.75)
     assert (layout.root / planned).exists()
     assert not Path(run_dir / "prompt.md").exists()
+
+
+def test_on_budget_stop_stops_the_scopes_running_agent_jobs(layout: Layout) -> None:
+    clock = FakeClock()
+    at_noon_berlin(clock)
+    budgets = {**BUDGETS["budgets"], "on_budget": "stop"}  # type: ignore[dict-item]
+    w, fake, clock = in_process(layout, clock, **{**BUDGETS, "budgets": budgets})
+    for name, sub in (("a", "app"), ("b", "app"), ("c", "web")):
+        submit(layout, clock, name, agent_prompt(name), sub)
+    submit(layout, clock, "script", '+++\nagent = "bash"\nname = "script"\n+++\necho hi\n', "app")
+    run_until_started(w, fake, 4)
+    ids = {read_record(layout.run_dir(i)).name: i for i in fake.started}
+    end_with_usage(layout, fake, clock, ids["a"], 1.25)
+    turns(w, clock, 2)
+    assert fake.cancelled == [(ids["b"], Reason.BUDGET_EXCEEDED)]  # not c (web), not bash
+    events = read_events(layout.run_dir(ids["b"]))
+    stop = next(e for e in events if e["event"] == "budget_stop")
+    assert stop["why"].startswith("group app spent $1.25 of $1.00 today")
+    fake.exits[ids["b"]] = exit_status(clock, None, 15)
+    turns(w, clock, 2)
+    stopped = read_record(layout.run_dir(ids["b"]))
+    assert (stopped.state, stopped.reason) == (JobState.FAILED, Reason.BUDGET_EXCEEDED)
+    assert "on_budget" in (stopped.detail or "")
+    assert read_record(layout.run_dir(ids["c"])).state is JobState.RUNNING
+
+
+def test_on_budget_finish_lets_running_jobs_finish(layout: Layout) -> None:
+    clock = FakeClock()
+    at_noon_berlin(clock)
+    w, fake, clock = in_process(layout, clock, **BUDGETS)
+    for name in ("a", "b"):
+        submit(layout, clock, name, agent_prompt(name), "app")
+    run_until_started(w, fake, 2)
+    end_with_usage(layout, fake, clock, fake.started[0], 1.25)
+    turns(w, clock, 2)
+    assert fake.cancelled == []
+    assert read_record(layout.run_dir(fake.started[1])).state is JobState.RUNNING

@@ -93,7 +93,7 @@ class BudgetWatch:
 
     def over(self, running: Sequence[JobRecord]) -> list[tuple[JobRecord, str]]:
         """``on_budget = "stop"``: the running agent jobs of a reached scope, and why."""
-        if self.budgets.on_budget != "stop" or not self._holds.budgets:
+        if self.budgets.on_budget != "stop" or not self.holds().budgets:
             return []
         out: list[tuple[JobRecord, str]] = []
         for record in running:

@@ -166,6 +166,18 @@ class Starts:
         if first and first[0].id not in self.paused and first[0].id not in self.held:
             self.runner.start_ahead(first[0])
 
+    def stop_over_budget(self) -> None:
+        """``on_budget = "stop"``: stop this watcher's running agent jobs of a scope whose
+        budget is reached (reason ``budget_exceeded``; a ``budget_stop`` event says which)."""
+        if self.budgets.budgets.on_budget != "stop" or not self.budgets.rules:
+            return
+        jobs = {j.record.id: j for j in self.runner.running_jobs() if not j.stop_sent}
+        for record, why in self.budgets.over([j.record for j in jobs.values()]):
+            job = jobs[record.id]
+            ledger.note(job.run_dir, "budget_stop", self.clock.now(), why=why)
+            log.warning("job=%s stopped (on_budget = stop): %s", record.id, why)
+            self.runner.request_stop(job, Reason.BUDGET_EXCEEDED)
+
     def _mark_held(
         self, window: list[JobRecord], held: dict[str, str], starting: set[str], full: bool
     ) -> None:

@@ -9,6 +9,11 @@ from hopper.core.record import ExitStatus
 from hopper.core.sizes import format_size
 from hopper.core.states import Reason
 
+BUDGET_STOP = (
+    'stopped: a budget of its scope was reached (on_budget = "stop"); '
+    "its budget_stop event and `hopper budgets` say which"
+)
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -49,6 +54,8 @@ def classify(status: ExitStatus, stop_requested: Reason | None) -> Outcome:
         return Outcome(Reason.ABORTED, "stopped: an ABORT marker was found")
     if stop_requested is Reason.SHUTDOWN:
         return Outcome(Reason.SHUTDOWN, "stopped: the watcher was shut down (on_stop = abort)")
+    if stop_requested is Reason.BUDGET_EXCEEDED:
+        return Outcome(Reason.BUDGET_EXCEEDED, BUDGET_STOP)
     if status.signal is not None:
         return Outcome(Reason.SIGNALED, f"killed by {signal_name(status.signal)}")
     if status.exit_code == 0:

@@ -282,6 +282,7 @@ _STOPPED_BY_HOPPER = {
     Reason.ABORTED: "stopped: an ABORT marker was found (scancel)",
     Reason.SHUTDOWN: "stopped: the watcher was shut down (on_stop = abort; scancel)",
     Reason.TIMEOUT: "stopped: it ran past its timeout (scancel)",
+    Reason.BUDGET_EXCEEDED: "stopped: a budget of its scope was reached (on_budget; scancel)",
 }
 
 

@@ -42,6 +42,7 @@ class Reason(StrEnum):
     DEPENDENCY_CYCLE = "dependency_cycle"  # `after` jobs wait on each other
     DEPENDENCY_UNKNOWN = "dependency_unknown"  # an `after` name never appeared in time
     WORKSPACE_FAILED = "workspace_failed"  # the folder or git worktree could not be made
+    BUDGET_EXCEEDED = "budget_exceeded"  # a spend limit: the job's own, or its scope's budget
 
 
 TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.ABORTED})
@@ -68,6 +69,7 @@ REASON_STATE: dict[Reason, JobState] = {
     Reason.DEPENDENCY_CYCLE: JobState.FAILED,
     Reason.DEPENDENCY_UNKNOWN: JobState.FAILED,
     Reason.WORKSPACE_FAILED: JobState.FAILED,
+    Reason.BUDGET_EXCEEDED: JobState.FAILED,
 }
 
 _ALLOWED: frozenset[tuple[JobState, JobState]] = frozenset(
