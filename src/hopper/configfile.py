@@ -56,3 +56,17 @@ def config_root(cli: str | None = None, env: Mapping[str, str] | None = None) ->
     if root is None or isinstance(root, str):
         return root
     raise NeedsModel(path)
+
+
+def has_table(name: str, cli: str | None = None, env: Mapping[str, str] | None = None) -> bool:
+    """Does the config have a ``[name]`` table? (tomllib only: a read command loads the
+    model for a part of the config only when that part is there.)"""
+    env = os.environ if env is None else env
+    path = config_path(cli, env)
+    if path is None:
+        return False
+    try:
+        raw = tomllib.loads(read_text(path.resolve(), CONFIG_LIMIT))
+    except (OSError, UnreadableFile, tomllib.TOMLDecodeError, RecursionError):
+        return False
+    return isinstance(raw.get(name), dict)

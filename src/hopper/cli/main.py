@@ -37,6 +37,7 @@ COMMANDS: dict[str, Entry] = {
     "events": Entry("events", "print (or follow) a job's events.jsonl"),
     "watch": Entry("watch", "a live view: status bar and the selected job's output"),
     "usage": Entry("usage", "sum the tokens and cost agents reported"),
+    "budgets": Entry("budgets", "each budget: limit, spent this period, held jobs, reset time"),
     "abort": Entry("abort", "cancel a queued or running job"),
     "sessions": Entry("sessions", "list the live interactive sessions; close one"),
     "attach": Entry("attach", "put your terminal on a live agent's terminal"),

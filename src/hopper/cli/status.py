@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from hopper.cli.activity import agent_activity, describe, pause_lines
 from hopper.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_root_args, read_context, warn
 from hopper.cli.status_table import ellipsis_for, fit_width, painter, render, use_color
+from hopper.configfile import has_table
 from hopper.core.durations import BadDuration, format_duration, parse_duration
 from hopper.core.selection import JobFilter
 from hopper.core.states import JobState
@@ -214,12 +215,13 @@ def handle(args: argparse.Namespace) -> int:
             matched, jobs = jobs, jobs[-args.limit :]
         else:
             matched = jobs
+        budget_lines = [] if args.json else budget_news(layout, args.config, index)
         if args.json:
             for line in pending:
                 warn(terminal_safe(line))
             write_json_array(index.raw(j.id for j in jobs), sys.stdout)
             return code
-    for line in (*pending, *pause_lines(layout)):
+    for line in (*pending, *pause_lines(layout), *budget_lines):
         print(terminal_safe(line))
     show(args, layout, now, jobs, matched, pending)
     return code
@@ -274,6 +276,15 @@ def show(
         paint=paint,
     ):
         print(line)
+
+
+def budget_news(layout: Layout, cli_config: str | None, index: JobIndex) -> list[str]:
+    """A line per reached budget; the budgets' models load only when the config has some."""
+    if not has_table("budgets", cli_config):
+        return []
+    from hopper.budgetreport import held_news
+
+    return held_news(layout, cli_config, index)
 
 
 def report_unclaimed(layout: Layout, ref: str, found: bool, pending: list[str]) -> int:
