@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from hopper.config import Config
 from hopper.store.layout import Layout
-from hopper.web import api, gate
+from hopper.web import api, budgets, gate
 from hopper.web.actions import Refused
 from hopper.web.catalog import Catalog
 from hopper.web.gate import TokenGate
@@ -127,6 +127,7 @@ def _api_routes(prefix: str) -> list[Route]:
             ("/api/jobs", api.list_jobs, None),
             ("/api/overview", api.overview_, None),
             ("/api/usage", api.usage, None),
+            ("/api/budgets", budgets.budgets, None),
             ("/api/jobs/{id}", api.get_job, None),
             ("/api/jobs/{id}/log", api.get_log, None),
             ("/api/jobs/{id}/events", api.get_events, None),

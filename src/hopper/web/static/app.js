@@ -246,7 +246,26 @@
     });
     return svg;
   }
+  // One bar per budget: spent of limit, red once reached, with what it holds and when it resets.
+  function money(v, unit) { return unit === "usd" ? "$" + v.toFixed(2) : Math.round(v).toLocaleString() + " tokens"; }
+  async function showBudgets() {
+    const b = await api("api/budgets");
+    $("#budgets").hidden = !b.budgets.length;
+    if (!b.budgets.length) return;
+    $("#budgets-note").textContent = "days begin at 00:00 " + b.timezone + " · on_budget = " + b.on_budget;
+    $("#budget-bars").replaceChildren(...b.budgets.map((r) => {
+      const meter = el("meter", { min: "0", max: String(r.limit), value: String(Math.min(r.spent, r.limit)),
+        high: String(r.limit * 0.8), optimum: "0", title: r.key });
+      const held = r.reached ? " · " + r.held + " held" : "";
+      const text = r.scope + " · " + r.period + ": " + money(r.spent, r.unit) + " of " + money(r.limit, r.unit) +
+        held + " · resets " + r.resets;
+      const row = el("div", { class: r.reached ? "budget reached" : "budget" }, el("span", {}, text), meter);
+      if (r.reason) row.append(el("p", { class: "budget-reason" }, r.reason));
+      return row;
+    }));
+  }
   async function showUsage() {
+    showBudgets().catch((e) => problem(String(e.message || e)));
     try {
       const [day, agent] = await Promise.all([api("api/usage?by=day"), api("api/usage?by=agent")]);
       const pts = (u) => u.rows.map((r) => ({ key: r.key, value: r.cost_usd, text: "$" + r.cost_usd.toFixed(2) + " · " + r.jobs + " jobs" }));
