@@ -90,6 +90,8 @@ class FakeExecutor:
         return None
 
     def start(self, launch: Launch) -> Start:
+        if launch.ahead:
+            return Deferred(launch.record)  # it cannot begin a start that records nothing
         job_id = launch.record.id
         self.asked.append(job_id)
         self.launches[job_id] = launch
@@ -114,9 +116,7 @@ class FakeExecutor:
         record = ledger.commit(launch.run_dir, lifecycle.started(launch.record, fact))
         self.started.append(job_id)
         self.since[job_id] = self.clock.monotonic()
-        return Running(
-            record, launch.run_dir, None, self.clock.monotonic() + self.heartbeat_interval
-        )
+        return Running(record, launch.run_dir, self.clock.monotonic() + self.heartbeat_interval)
 
     def poll(self, jobs: Sequence[Running], tick: Tick) -> Polled:
         polled = Polled()
@@ -138,28 +138,30 @@ class FakeExecutor:
     def cancel(self, job: Running, reason: Reason) -> None:
         self.cancelled.append((job.record.id, reason))
 
-    def abandon(self, job: Running) -> None:
-        return None
-
-    def forget(self, job: Running) -> None:
-        self.forgotten.append(job.record.id)
-
-    def begin_recovery(self) -> None:
-        return None
-
-    def observe(self, snap: RunSnapshot, run_dir: Path) -> RunSnapshot:
-        return snap
-
-    def clear_strays(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
-        return True
+    def forget(self, job: Running, *, end: bool = False) -> None:
+        if not end:
+            self.forgotten.append(job.record.id)
 
     def adopt(self, record: JobRecord, run_dir: Path) -> Running:
         self.adopted.append(record.id)
         step = lifecycle.adopted(record, Adopted(self.clock.now(), self.owner))
         owned = ledger.commit(run_dir, step, durable=False)
-        return Running(owned, run_dir, None, self.clock.monotonic() + self.heartbeat_interval)
+        return Running(owned, run_dir, self.clock.monotonic() + self.heartbeat_interval)
 
-    def settle(self, job: Running, snap: RunSnapshot, lost: bool) -> Ended | None:
+    def recovery(self) -> FakeRecovery:
+        return FakeRecovery()
+
+
+class FakeRecovery:
+    """Recovery's questions to the fake executor: nothing to add, clear or settle."""
+
+    def observe(self, snap: RunSnapshot, run_dir: Path) -> RunSnapshot:
+        return snap
+
+    def clear(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
+        return True
+
+    def settle(self, snap: RunSnapshot, run_dir: Path, lost: bool) -> Ended | None:
         return None
 
 

@@ -19,8 +19,8 @@ from hopper.config import Config
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState
 from hopper.executors.adopted import AdoptedWatch
-from hopper.executors.local import LocalExecutor
 from hopper.executors.protocol import Ended, Tick
+from hopper.executors.supervised import Supervised
 from hopper.proc import identity
 from hopper.running import Running
 from hopper.store.jobfile import read_record, write_record
@@ -228,15 +228,15 @@ def test_a_sweep_skips_an_adopted_job_its_pidfd_says_is_alive(
         write_record(run_dir, record)
         watcher.runner.adopt(record)
         polled: list[str] = []
-        real = LocalExecutor._poll_one
+        real = Supervised._poll_one
 
         def counting(
-            self: LocalExecutor, job: Running, tick: Tick, found: list[Ended], ended: set[str]
+            self: Supervised, job: Running, tick: Tick, found: list[Ended], ended: set[str]
         ) -> None:
             polled.append(job.record.id)
             real(self, job, tick, found, ended)
 
-        monkeypatch.setattr(LocalExecutor, "_poll_one", counting)
+        monkeypatch.setattr(Supervised, "_poll_one", counting)
         for _ in range(4):
             clock.advance(0.6)  # a sweep each turn
             watcher.turn()

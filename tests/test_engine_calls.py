@@ -13,12 +13,14 @@ import psutil
 import pytest
 
 from conftest import wait_for
+from hopper.agents.base import Preparation
 from hopper.config import Config
 from hopper.core.record import JobRecord
 from hopper.core.states import Reason
 from hopper.executors.calls import Lane, run_command, wait_alive
-from hopper.executors.container_runner import ImageCheck
-from hopper.executors.protocol import Deferred, Ended
+from hopper.executors.container_runner import ContainerExecutor, ImageCheck
+from hopper.executors.protocol import Deferred, Ended, Launch
+from hopper.executors.slurm_runner import SlurmExecutor
 from hopper.executors.slurm_start import SlurmStart
 
 
@@ -157,3 +159,27 @@ def test_an_image_check_still_running_at_its_deadline_fails_its_job(tmp_path: Pa
         lane.close()
     assert isinstance(report, Ended) and report.reason is Reason.SPAWN_FAILED
     assert report.detail == "the image check did not finish within 60s (its engine call hung)"
+
+
+@pytest.mark.parametrize("kind", [ContainerExecutor, SlurmExecutor])
+def test_an_executor_that_calls_an_engine_never_begins_a_start_ahead(
+    kind: type, tmp_path: Path
+) -> None:
+    """A start ahead must record and make nothing a withdraw cannot undo: a
+    submission or an image check is real work, so the answer is Deferred (the
+    job stays queued, as it is) and nothing reaches the engine's lane."""
+    ctx = SimpleNamespace(
+        config=Config(), clock=None, wake=lambda: None, keepalive=lambda: None, fork_server=None
+    )
+    executor = kind(ctx)
+    submitted: list[object] = []
+    executor.lane.submit = submitted.append
+    launch = Launch(
+        record(), tmp_path, Preparation(argv=["bash", "-c", "true"]), tmp_path, {}, ahead=True
+    )
+    try:
+        answer = executor.start(launch)
+    finally:
+        executor.lane.close()
+    assert isinstance(answer, Deferred) and answer.record == record()
+    assert submitted == [] and list(tmp_path.iterdir()) == []  # no wrapper, no call

@@ -22,7 +22,7 @@ from hopper.core import lifecycle
 from hopper.core.lifecycle import Started, Step
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.states import JobState
-from hopper.executors.protocol import Ended, Launch, Start, Starting
+from hopper.executors.protocol import Deferred, Ended, Launch, Start, Starting
 from hopper.running import Running
 from hopper.store import ledger
 from hopper.store.jobfile import EXIT_FILE, read_record
@@ -51,7 +51,7 @@ class FakeStart(Starting):
     def release(self, record: JobRecord) -> Running:
         # Released only once its record is durable: what the job would see.
         self.fake.released.append((record.id, read_record(self.run_dir).state))
-        return Running(record, self.run_dir, None, self.fake.clock.monotonic() + 3600)
+        return Running(record, self.run_dir, self.fake.clock.monotonic() + 3600)
 
     def abandon(self) -> None:
         self.fake.abandoned.append(self.record.id)
@@ -62,8 +62,12 @@ class AsyncFake(FakeExecutor):
     pending: dict[str, FakeStart] = field(default_factory=dict)
     released: list[tuple[str, JobState]] = field(default_factory=list)
     abandoned: list[str] = field(default_factory=list)
+    ahead: list[str] = field(default_factory=list)  # the jobs asked to start ahead
 
     def start(self, launch: Launch) -> Start:
+        if launch.ahead:  # like every executor but the local one: starts with a slot only
+            self.ahead.append(launch.record.id)
+            return Deferred(launch.record)
         start = FakeStart(self, launch)
         self.pending[launch.record.id] = start
         return start
@@ -193,12 +197,19 @@ def test_the_loop_wakes_for_a_start_that_reports(layout: Layout) -> None:
     assert fake.released == [(job_id, JobState.RUNNING)]
 
 
-def test_an_executor_other_than_the_local_one_never_starts_a_job_ahead(layout: Layout) -> None:
-    """A start ahead (pending_starts.py) forks a local supervisor; any other
-    executor (one that submits or creates something) starts a job only when
-    the scheduler gives it a slot."""
+def test_an_executor_that_cannot_start_ahead_starts_a_job_only_with_a_slot(
+    layout: Layout,
+) -> None:
+    """A start ahead (pending_starts.py) forks a local supervisor; an executor
+    that cannot begin a start that records nothing (one that submits or
+    creates something) answers Deferred, and starts the job only when the
+    scheduler gives it a slot: the job stays queued, once, and nothing begins."""
     watcher, fake, clock = in_process(layout, slots=1)
     drop_jobs(layout, clock, 2)
     watcher.turn()
     watcher.turn()  # the slot busy: a local executor would begin the next job here
     assert len(fake.pending) == 1 and len(watcher.queued) == 1
+    (waiting,) = watcher.queued
+    assert fake.ahead == [waiting]  # asked once (not every turn), and it said no
+    watcher.turn()
+    assert fake.ahead == [waiting] and len(watcher.queued) == 1

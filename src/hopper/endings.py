@@ -27,11 +27,10 @@ from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.retry import backoff, should_retry
 from hopper.core.states import JobState, Reason
 from hopper.executors.protocol import Ended, How
-from hopper.executors.slurm import EXIT_STATUS_FILE as SLURM_EXIT_FILE
 from hopper.hooks import HookRunner, HookSet, calls_for, webhook_options
 from hopper.intake import Intake, Terminal
 from hopper.store import ledger
-from hopper.store.jobfile import EXIT_FILE, LOG_FILE, read_resources
+from hopper.store.jobfile import LOG_FILE, read_resources
 from hopper.workspace import remove_folder, remove_worktree
 
 log = logging.getLogger(__name__)
@@ -97,11 +96,11 @@ class Endings:
             return self.intake.rejection(e.run_dir, e.record, e.reason, e.detail, now)
         if e.how is How.ABORTED:
             ledger.note(e.run_dir, "abort_requested", now, reason=Reason.ABORTED)
-            return self._close(e.run_dir, e.record, e.reason, e.detail, None, now)
+            return self._close(e.run_dir, e.record, e.reason, e.detail, None, now, e.files)
         if e.how is How.VANISHED:
             return self._vanished(e, now)
         record, reason, detail = self._refined(e)
-        return self._close(e.run_dir, record, reason, detail, e.status, now)
+        return self._close(e.run_dir, record, reason, detail, e.status, now, e.files)
 
     def _refined(self, e: Ended) -> tuple[JobRecord, Reason, str]:
         """An agent's own summary (agent.json) may say more than its exit status."""
@@ -144,12 +143,13 @@ class Endings:
         detail: str,
         status: ExitStatus | None,
         now: datetime,
+        files: tuple[str, ...],
     ) -> JobRecord | Terminal:
-        """Retry the job if its policy says so (queued again here), else its terminal
-        record with the figures its exit status gives."""
+        """Retry the job if its policy says so (queued again here, the attempt's
+        ``files`` kept), else its terminal record with the figures its exit status gives."""
         record = self._used(run_dir, record, status)
         if self._retries(record, reason):
-            return self._retry(run_dir, record, reason, detail, status)
+            return self._retry(run_dir, record, reason, detail, status, files)
         finished = status.finished_at if status is not None else now
         started = record.started_at
         return Terminal(
@@ -184,10 +184,12 @@ class Endings:
         reason: Reason,
         detail: str,
         status: ExitStatus | None,
+        files: tuple[str, ...],
     ) -> JobRecord:
-        """Keep this attempt's log and exit record under attempt-numbered names; requeue."""
+        """Keep this attempt's log and the files its executor named (its exit record)
+        under attempt-numbered names; requeue."""
         n = record.attempt
-        for name in (LOG_FILE, EXIT_FILE, SLURM_EXIT_FILE):
+        for name in (LOG_FILE, *files):
             source = run_dir / name
             if source.exists():
                 stem, dot, ext = name.partition(".")

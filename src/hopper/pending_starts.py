@@ -15,7 +15,7 @@ import logging
 import select
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,7 +28,6 @@ from hopper.core.record import JobRecord
 from hopper.core.retry import StartCause, start_retry
 from hopper.core.states import Reason
 from hopper.executors.calls import Lane
-from hopper.executors.local import LocalExecutor, LocalStart
 from hopper.executors.protocol import (
     Deferred,
     Ended,
@@ -82,7 +81,7 @@ class PendingStarts:
     handed_back: Callable[[JobRecord], None]  # its executor deferred it: back to the queue
     _starting: dict[str, Starting] = field(default_factory=dict)  # begun, not yet released
     lane: Lane = field(default_factory=lambda: Lane("workspace"))  # git worktree add, off the loop
-    _ahead: LocalStart | None = None  # begun for the next job while every slot is busy
+    _ahead: Starting | None = None  # begun for the next job while every slot is busy
     _no_ahead: str | None = None  # the job whose start ahead failed: left to its real start
     _tries: dict[str, int] = field(default_factory=dict)  # job id -> failed starts in a row
 
@@ -125,30 +124,30 @@ class PendingStarts:
         left. Nothing is recorded: the job stays queued, and a crash now is the
         crash point ``start.after_spawn`` (the supervisor, seeing EOF, kills the
         gated job; recovery ends stale supervisors and takes the job as queued).
-        Only local jobs without a workspace (a worktree is real work, other
-        executors submit or create things); one job ahead at a time; a start
-        ahead that fails is left to the job's real start, which files it.
+        Only jobs without a workspace (a worktree is real work) whose executor
+        can begin a start that records and makes nothing (``Launch.ahead``; the
+        others answer Deferred: the local one can, a submission or an engine
+        call cannot); one job ahead at a time; a start ahead that fails is
+        left to the job's real start, which files it.
         """
         if self._ahead is not None or record.id in self._starting or record.id == self._no_ahead:
             return
-        if record.executor != "local" or record.workspace != "none":
+        if record.workspace != "none":
             return
         try:
             executor = self.executor_for(record)
         except ValueError:
-            return  # no local executor in this watcher: its real start says so
-        if not isinstance(executor, LocalExecutor):
-            return
+            return  # no such executor in this watcher: its real start says so
         self._no_ahead = record.id  # until it is begun: a failure is not retried every turn
         run_dir = self.layout.run_dir(record.id)
         launch = self._launch(record, run_dir)
         if isinstance(launch, Ended):
             return
         try:
-            result = executor.start(launch)
+            result = executor.start(replace(launch, ahead=True))
         except Exception:  # left to the job's real start, which judges it
             return
-        if isinstance(result, LocalStart):
+        if isinstance(result, Starting):
             self._ahead, self._no_ahead = result, None
 
     def keep_ahead(self, queued: Mapping[str, JobRecord]) -> None:
@@ -163,9 +162,9 @@ class PendingStarts:
         ahead = self._ahead
         if ahead is not None and ahead.record.id == job_id:
             self._ahead = None
-            self.guard.step(f"withdraw:{job_id}", ahead.pending.withdraw)
+            self.guard.step(f"withdraw:{job_id}", ahead.withdraw)
 
-    def _take_ahead(self, record: JobRecord) -> LocalStart | None:
+    def _take_ahead(self, record: JobRecord) -> Starting | None:
         """The start ahead for ``record`` if there is one begun from this very record;
         a start ahead for an older version of it (its priority changed) is withdrawn."""
         ahead = self._ahead
@@ -173,7 +172,7 @@ class PendingStarts:
             return None
         self._ahead = None
         if ahead.record != record:
-            self.guard.step(f"withdraw:{record.id}", ahead.pending.withdraw)
+            self.guard.step(f"withdraw:{record.id}", ahead.withdraw)
             return None
         return ahead
 

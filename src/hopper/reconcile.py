@@ -18,7 +18,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,10 +31,9 @@ from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import Action, RunSnapshot, decide
 from hopper.core.states import JobState, is_terminal
 from hopper.errors import JobFileCorrupt
-from hopper.executors.protocol import Ended, How
+from hopper.executors.protocol import Ended, How, Recovery
 from hopper.proc import identity
 from hopper.runner import Runner
-from hopper.running import Running
 from hopper.store import ledger, spend
 from hopper.store.claim import read_claim
 from hopper.store.finalize import move_prompt
@@ -199,8 +198,8 @@ def reconcile(
     hundred directories so a long pass still sends heartbeats.
     """
     counts: dict[Action, int] = {}
-    for executor in runner.executors.values():
-        executor.begin_recovery()  # Slurm: asked once, only if a record needs it
+    # What each executor learns once per pass (Slurm: asked once, only if a record needs it).
+    passes = {name: executor.recovery() for name, executor in runner.executors.items()}
     runs = runner.layout.runs
     names = _run_names(runs)
     if filed is not None:
@@ -218,13 +217,19 @@ def reconcile(
         runner.guard.step(
             f"recover:{name}",
             lambda run_dir=run_dir, settled=settled: settled.append(  # type: ignore[misc]
-                _recover_one(run_dir, runner, clock, queued, hosts, counts, stale)
+                _recover_one(run_dir, runner, clock, queued, hosts, counts, stale, passes)
             ),
             what=f"recovery of {run_dir}",
         )
         if filed is not None and settled == [True]:
             filed.remember(name, mtime_ns, now)
     return counts
+
+
+def _recovery(runner: Runner, passes: Mapping[str, Recovery], record: JobRecord) -> Recovery:
+    """This pass's questions to the record's executor (ValueError: none of that name here)."""
+    runner.executor_for(record)  # the error that names the executors this watcher has
+    return passes[record.executor]
 
 
 def _run_names(runs: Path) -> list[tuple[str, int]]:
@@ -254,6 +259,7 @@ def _recover_one(
     hosts: HostView | None,
     counts: dict[Action, int],
     stale: identity.Supervisors,
+    passes: Mapping[str, Recovery],
 ) -> bool:
     """Recover one run directory; True if it is settled (filed, or corrupt: left for a person)."""
     if _finished_fast(run_dir):
@@ -268,7 +274,7 @@ def _recover_one(
     if not snap.corrupt:
         runner.guard.clear(key)
     if snap.record is not None:
-        snap = runner.executor_for(snap.record).observe(snap, run_dir)  # Slurm: its state
+        snap = _recovery(runner, passes, snap.record).observe(snap, run_dir)  # Slurm: its state
     action = decide(snap)
     if action is Action.NOTHING and snap.corrupt:
         return True  # logged once; looked at again when something in it changes
@@ -280,7 +286,7 @@ def _recover_one(
             snap = taken
     counts[action] = counts.get(action, 0) + 1
     if action is not Action.NOT_MINE:
-        _apply(action, snap, run_dir, runner, clock, queued, stale)
+        _apply(action, snap, run_dir, runner, clock, queued, stale, passes)
     return False
 
 
@@ -348,6 +354,7 @@ def _apply(
     clock: Clock,
     queued: dict[str, JobRecord],
     stale: identity.Supervisors,
+    passes: Mapping[str, Recovery],
 ) -> None:
     record = snap.record
     if action is Action.REMOVE_EMPTY_CLAIM:
@@ -379,7 +386,7 @@ def _apply(
         assert record is not None
         if snap.same_host:
             identity.end_stale_supervisors(str(run_dir), among=stale)
-        if not runner.executor_for(record).clear_strays(record, run_dir, snap.same_host):
+        if not _recovery(runner, passes, record).clear(record, run_dir, snap.same_host):
             return  # Slurm did not answer: a submitted, unrecorded job may exist; next time
         (run_dir / EXIT_FILE).unlink(missing_ok=True)  # a start abandoned by a crash
         queued[record.id] = record
@@ -387,7 +394,7 @@ def _apply(
         assert record is not None
         if snap.same_host:
             identity.end_stale_supervisors(str(run_dir), among=stale)
-        if not runner.executor_for(record).clear_strays(record, run_dir, snap.same_host):
+        if not _recovery(runner, passes, record).clear(record, run_dir, snap.same_host):
             return
         rec = runner.requeue(record)
         queued[rec.id] = rec
@@ -395,9 +402,8 @@ def _apply(
         # Finished while no watcher looked: ended the way a poll ends a job
         # (retry or filed, leases, worktree, hooks) in Runner.ended.
         assert record is not None
-        executor = runner.executor_for(record)
         lost = action is Action.LOST
-        end = executor.settle(Running(record, run_dir, None), snap, lost)
+        end = _recovery(runner, passes, record).settle(snap, run_dir, lost)
         if end is not None:
             runner.ended(end)
     elif action is Action.ADOPT:

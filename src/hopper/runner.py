@@ -299,7 +299,7 @@ class Runner:
         processes are ended by its executor.
         """
         self._untrack(job.record.id)
-        self.executor_for(job.record).abandon(job)
+        self.executor_for(job.record).forget(job, end=True)
         detail = (
             "its run directory was deleted while it ran (by the job?); "
             "its log and prompt went with it"

@@ -1,7 +1,10 @@
 """A job this watcher is running: the value every executor keeps per live job.
 
-Its own module so the Slurm executor can build one without importing the runner
+Its own module so an executor can build one without importing the runner
 (runner -> slurm_runner -> runner was an import cycle hidden by a lazy import).
+What only one executor needs to know about a running job (the local
+supervisor's process handle, an untrusted exit record …) lives in
+:attr:`Running.held`, which the shell never reads.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from typing import TYPE_CHECKING
 from hopper.core import lifecycle
 from hopper.core.lifecycle import Adopted
 from hopper.core.record import JobRecord
-from hopper.proc.spawn import Handle
 from hopper.store import ledger
 
 if TYPE_CHECKING:
@@ -27,10 +29,10 @@ log = logging.getLogger(__name__)
 class Running:
     record: JobRecord
     run_dir: Path
-    supervisor: Handle | None  # None when adopted after a restart
     next_heartbeat: float = 0.0
     stop_sent: bool = False
-    bad_exit: str | None = None  # why an exit.json found while it ran was not trusted
+    # The executor's own, opaque to the shell (the local one: its supervisor's handle).
+    held: object = None
 
 
 def adopt(record: JobRecord, run_dir: Path, ctx: Context) -> Running:
@@ -38,4 +40,4 @@ def adopt(record: JobRecord, run_dir: Path, ctx: Context) -> Running:
     step = lifecycle.adopted(record, Adopted(ctx.clock.now(), ctx.owner))
     owned = ledger.commit(run_dir, step, durable=False)
     log.info("job=%s adopted pid=%s", record.id, record.pid)
-    return Running(owned, run_dir, None, ctx.clock.monotonic())
+    return Running(owned, run_dir, ctx.clock.monotonic())

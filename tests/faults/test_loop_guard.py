@@ -23,8 +23,8 @@ from hopper import reconcile as reconcile_mod
 from hopper.config import Config
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState
-from hopper.executors.local import LocalExecutor
 from hopper.executors.protocol import Ended, Tick
+from hopper.executors.supervised import Supervised
 from hopper.intake import Intake
 from hopper.running import Running
 from hopper.store.jobfile import read_events, read_record, write_record
@@ -129,7 +129,7 @@ def running_job(layout: Layout, name: str) -> Running:
         created_at=NOW,
     )
     write_record(run_dir, record)
-    return Running(record, run_dir, None)
+    return Running(record, run_dir)
 
 
 def test_an_unexpected_error_in_one_job_is_logged_once_and_the_loop_goes_on(
@@ -142,13 +142,13 @@ def test_an_unexpected_error_in_one_job_is_logged_once_and_the_loop_goes_on(
     polled: list[str] = []
 
     def poll_one(
-        self: LocalExecutor, job: Running, tick: Tick, found: list[Ended], ended: set[str]
+        self: Supervised, job: Running, tick: Tick, found: list[Ended], ended: set[str]
     ) -> None:
         polled.append(job.record.name)
         if job.record.name == "bad":
             raise TypeError("'int' object is not iterable")
 
-    monkeypatch.setattr(LocalExecutor, "_poll_one", poll_one)
+    monkeypatch.setattr(Supervised, "_poll_one", poll_one)
     caplog.set_level(logging.ERROR)
     for _ in range(3):
         watcher.runner.note_child_exit()  # a SIGCHLD: the local executor looks at its jobs

@@ -1,13 +1,14 @@
-"""The container executor: a local job whose command is a container run.
+"""The container executor: a supervised job whose command is a container run.
 
 Theory of operation. A container job runs under the job's own supervisor
 exactly like a local job (gate, job.log, timeout, limits, exit.json, adoption
-after a watcher restart); only its command differs. Every engine call runs
+after a watcher restart: the shared part, :mod:`hopper.executors.supervised`,
+which this executor uses as the local one does); only its command differs. Every engine call runs
 on the executor's lane (calls.py), never on the watcher's loop: the start
 first checks the engine and the image there, and that a bash job's image
 has bash (:class:`ImageCheck`: a missing or hung one fails the job
 ``spawn_failed`` with what to do), then
-:meth:`ContainerExecutor.launch` plans the mounts (core/mounts.py), translates
+:meth:`ContainerExecutor.command_for` plans the mounts (core/mounts.py), translates
 every path hopper hands the job, and returns the supervised argv:
 container_run.py around ``<engine> run --name hopper-<id> …``. An agent job
 keeps its driver on the host; the driver runs each CLI turn through the same
@@ -16,7 +17,9 @@ wrapper (the driver spec's ``container`` key). At the end
 the engine may explain (its OOM killer) waits, parked, for its answer; a
 container of the job's name found by recovery before the job (re)starts is
 removed, so the job runs once; when the supervisor vanished, the engine's
-own record of the container says how it ended (:meth:`engine_exit`).
+own record of the container says how it ended (``Supervised.engine_exit``).
+The supervised part's ends come back as values: this executor parks them
+(poll) or refines them at once (recovery), never the other way round.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from hopper.agents.base import Preparation
@@ -33,6 +37,7 @@ from hopper.agents.registry import driven
 from hopper.core.mounts import BadMount
 from hopper.core.outcome import Outcome
 from hopper.core.record import ExitStatus, JobRecord
+from hopper.core.recovery import RunSnapshot
 from hopper.core.states import Reason
 from hopper.executors.calls import Call, Lane
 from hopper.executors.container import (
@@ -46,7 +51,6 @@ from hopper.executors.container import (
 )
 from hopper.executors.container_end import ContainerEnds, needs_look
 from hopper.executors.container_probe import has_program, missing_program
-from hopper.executors.local import Command, LocalExecutor
 from hopper.executors.protocol import (
     Context,
     Deferred,
@@ -59,6 +63,7 @@ from hopper.executors.protocol import (
     Starting,
     Tick,
 )
+from hopper.executors.supervised import Command, Supervised
 from hopper.running import Running
 from hopper.store.atomic import write_atomic
 
@@ -103,9 +108,7 @@ class ImageCheck(Starting):
             return Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, exc.detail)
         finally:
             self.call.close()
-        started = LocalExecutor.start(self.executor, self.launch)  # its supervisor, next
-        assert not isinstance(started, Running), "a supervised start reports later"
-        return started
+        return self.executor.supervise(self.launch)  # its supervisor, next
 
     def release(self, record: JobRecord) -> Running:
         raise AssertionError("an image check reports its next stage, never a running step")
@@ -117,24 +120,61 @@ class ImageCheck(Starting):
         self.stopping, self.deadline = True, 0.0
 
 
-class ContainerExecutor(LocalExecutor):
-    """A local executor whose supervised command runs the job in a container."""
+class ContainerRecovery:
+    """A recovery pass's questions: the engine asked at once (with keep-alives)."""
+
+    def __init__(self, executor: ContainerExecutor) -> None:
+        self.executor = executor
+
+    def observe(self, snap: RunSnapshot, run_dir: Path) -> RunSnapshot:
+        return snap
+
+    def clear(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
+        if local:
+            self.executor.ends.clear_stray(record, run_dir)  # created, never recorded
+        return True
+
+    def settle(self, snap: RunSnapshot, run_dir: Path, lost: bool) -> Ended | None:
+        """As a local job's end, then the engine's look and its container removed."""
+        end = self.executor.sup.settle(snap, run_dir, lost)
+        if end.how not in (How.EXITED, How.LOST):
+            return end
+        ends = self.executor.ends
+        outcome = ends.refine_now(end.record, Outcome(end.reason or Reason.LOST, end.detail))
+        ends.remove_now(end.record)  # its container goes, whatever the outcome
+        return replace(end, reason=outcome.reason, detail=outcome.detail)
+
+
+class ContainerExecutor:
+    """Jobs under their supervisors whose command runs them in a container."""
 
     name = "container"
-    engine_event = "container_exit_from_engine"
 
     def __init__(self, ctx: Context) -> None:
-        super().__init__(ctx)
+        self.ctx = ctx
         self.has_bash: dict[str, bool] = {}  # image id -> whether bash runs in it (asked once)
         self.lane = Lane("container", wake=ctx.wake)  # engine calls, off the loop
         self.ends = ContainerEnds(ctx, self.lane, self.engine)
-        self._polling = False  # inside LocalExecutor.poll: refine() parks, never waits
-        self._wanted: set[str] = set()  # ends this poll that the engine may explain
-        self._finishing: set[str] = set()  # ends this poll whose container must go
+        self.sup = Supervised(ctx, "container_exit_from_engine", self._engine_exit)
+
+    def open(self) -> None:
+        self.sup.open()
 
     def close(self) -> None:
         self.lane.close()  # a hung engine call is killed, not waited for
-        super().close()
+        self.sup.close()
+
+    def cancel(self, job: Running, reason: Reason) -> None:
+        self.sup.cancel(job)
+
+    def forget(self, job: Running, *, end: bool = False) -> None:
+        self.sup.forget(job, end=end)
+
+    def adopt(self, record: JobRecord, run_dir: Path) -> Running:
+        return self.sup.adopt(record, run_dir)
+
+    def recovery(self) -> ContainerRecovery:
+        return ContainerRecovery(self)
 
     def engine(self) -> list[str]:
         return resolve_engine(self.ctx.config.container.engine)
@@ -142,6 +182,8 @@ class ContainerExecutor(LocalExecutor):
     def start(self, launch: Launch) -> Start:
         """The image check on the lane first; the job's supervisor once it passed."""
         record, run_dir = launch.record, launch.run_dir
+        if launch.ahead:
+            return Deferred(record)  # the engine is real work: started with a slot only
         job = record.container
         assert job is not None, "a container job is admitted with its container"
         try:
@@ -160,10 +202,11 @@ class ContainerExecutor(LocalExecutor):
         deadline = time.monotonic() + timeout + CHECK_MARGIN
         return ImageCheck(self, launch, lane.submit(check), deadline)
 
-    def command(self, launch: Launch) -> Command | Ended:
+    def supervise(self, launch: Launch) -> Report:
+        """The job's supervisor, its command a container run (the image checked)."""
         record, run_dir = launch.record, launch.run_dir
         try:
-            argv, env, grace = self.launch(
+            argv, env, grace = self.command_for(
                 record, run_dir, launch.prep, launch.workdir, launch.job_vars, launch.env
             )
         except ContainerUnavailable as exc:
@@ -173,12 +216,11 @@ class ContainerExecutor(LocalExecutor):
             return Ended(record, run_dir, How.REJECTED, Reason.BAD_PROMPT, why)
         # A container's memory_max is the engine's (--memory): the supervisor's tree
         # also holds the engine's own client, which is not the job's memory.
-        return Command(argv, env, grace, memory_max=None)
+        command = Command(argv, env, grace, memory_max=None)
+        fields = {"container": record.container.name} if record.container else {}
+        return self.sup.begin(launch, command, fields)
 
-    def started_fields(self, record: JobRecord) -> dict[str, object]:
-        return {"container": record.container.name} if record.container else {}
-
-    def launch(
+    def command_for(
         self,
         record: JobRecord,
         run_dir: Path,
@@ -249,44 +291,20 @@ class ContainerExecutor(LocalExecutor):
 
     # -- the end: the engine's side on the lane (container_end.py) ----------------------
     def poll(self, jobs: Sequence[Running], tick: Tick) -> Polled:
-        """As a local job's; an end the engine may explain is parked while it is asked."""
+        """As a local job's; an end whose container must go is parked while the
+        engine is asked (how it ended, when it may explain it; then rm)."""
         parked = self.ends.parked()
         looking = [j for j in jobs if j.record.id not in parked] if parked else jobs
-        self._polling = True
-        try:
-            polled = LocalExecutor.poll(self, looking, tick)
-        finally:
-            self._polling = False
+        polled = self.sup.poll(looking, tick)
         ended: list[Ended] = []
         for end in polled.ended:
-            if end.job_id in self._finishing:  # filed once its container is gone
-                self.ends.park(end, look=end.job_id in self._wanted)
+            if end.how in (How.EXITED, How.LOST):  # filed once its container is gone
+                look = needs_look(end.record, Outcome(end.reason or Reason.LOST, end.detail))
+                self.ends.park(end, look=look)
             else:
                 ended.append(end)
-        self._wanted.clear()
-        self._finishing.clear()
         polled.ended = ended + self.ends.answered(jobs)
         return polled
 
-    def refine(self, record: JobRecord, outcome: Outcome) -> Outcome:
-        if not needs_look(record, outcome):
-            return outcome
-        if self._polling:  # the poll parks the end while the engine is asked
-            self._wanted.add(record.id)
-            return outcome
-        return self.ends.refine_now(record, outcome)
-
-    def finished(self, record: JobRecord) -> None:
-        """Its container goes, whatever the outcome (its output is in job.log)."""
-        if self._polling:
-            self._finishing.add(record.id)  # the poll parks the end while rm runs
-        else:
-            self.ends.remove_now(record)
-
-    def clear_strays(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
-        if local:
-            self.ends.clear_stray(record, run_dir)  # created, never recorded
-        return True
-
-    def engine_exit(self, record: JobRecord) -> ExitStatus | None:
+    def _engine_exit(self, record: JobRecord) -> ExitStatus | None:
         return self.ends.exit_from_engine(record, self.ctx.clock.now())

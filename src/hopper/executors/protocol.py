@@ -6,10 +6,55 @@ config, clock, who we are) and answers with values. The shell
 (:mod:`hopper.runner`) owns the set of running jobs, checks ABORT markers,
 writes heartbeats and handles every :class:`Ended` in one place (leases,
 worktree, retry or finalize, hooks), whichever executor — or recovery, a
-reject, a takeover — produced it.
+reject, a takeover — produced it. Executors are peers: none is built on
+another (local and container share :mod:`hopper.executors.supervised` as a
+part), and the shell never names one.
 
-Adding an executor: implement :class:`Executor` and register its factory in
-:mod:`hopper.executors.registry`.
+Adding an executor
+------------------
+Implement :class:`Executor` and register its factory in
+:mod:`hopper.executors.registry` (and its name in the config's ``Executor``
+choices). What each method must guarantee:
+
+- ``start(launch)``: nothing of the job may run before its ``running`` record
+  is durable. Return a :class:`Running` only if you committed that record
+  yourself; usually return a :class:`Starting` (its :meth:`Starting.report`
+  gives the ``running`` step; the shell commits a turn's steps together, then
+  calls :meth:`Starting.release`). An :class:`Ended` (``REJECTED``) says it
+  never ran; :class:`Deferred`: back to the queue, nothing started (also the
+  answer to a ``launch.ahead`` you cannot begin without a slot). Never block
+  the loop: slow work goes on a :class:`~hopper.executors.calls.Lane` and the
+  Starting is readable when it answered. Raising is allowed: the shell's start
+  policy decides whether it is tried again.
+- ``poll(jobs, tick)``: called every turn with *your* running jobs; cheap
+  unless ``tick.sweep`` or ``tick.children``. Each job that ended comes back
+  once, in ``Polled.ended`` (``EXITED`` with the exit status, or ``LOST``),
+  with ``files`` naming the attempt's files a retry keeps; before writing
+  anything for an end, ask ``ctx.holder(job)`` (another watcher may own it:
+  then ``HANDED_OVER``). A job you cannot look at goes in ``Polled.failed``;
+  one past a deadline only you can see, in ``Polled.stop``.
+- ``cancel(job, reason)``: stop it (its record already says why, and the
+  shell never asks twice); it still ends through ``poll``.
+- ``forget(job, end=...)``: the shell drops the job (taken over by another
+  watcher: touch nothing; ``end``: its run directory is gone: end its
+  processes, record nothing).
+- ``adopt(record, run_dir)``: a job recorded running by a previous watcher
+  still runs: record that we own it (:func:`hopper.running.adopt`) and
+  watch it from the next poll.
+- ``recovery()``: one :class:`Recovery` per recovery pass, holding what the
+  pass learns once (Slurm's listing): ``observe`` adds what only you know to a
+  run's snapshot before core/recovery.py decides; ``clear`` ends whatever an
+  unrecorded start may have left before the job is queued again (False: cannot
+  tell now, the job waits for the next pass); ``settle`` gives the end of a job
+  that finished while no watcher looked (None: cannot tell now).
+- ``open`` / ``close``: before the first start / the watcher is going away
+  (jobs keep running; lanes are closed, hung calls killed).
+
+What only your executor keeps per job goes in ``Running.held`` (opaque to the
+shell). Why the recovery methods are not folded into ``adopt`` and ``poll``: a
+job found finished after a restart is ended without being adopted (no
+``adopted`` record, which would claim it runs), and ``observe`` must run before
+the pure decision, ``clear`` and ``settle`` after it.
 """
 
 from __future__ import annotations
@@ -56,6 +101,9 @@ class Ended:
     reason: Reason | None = None  # None only for HANDED_OVER
     detail: str = ""
     status: ExitStatus | None = None  # the exit record, when there is one
+    # The files of this attempt in its run directory (besides job.log) a retry
+    # keeps under attempt-numbered names: the executor's to name.
+    files: tuple[str, ...] = ()
 
     @property
     def job_id(self) -> str:
@@ -74,6 +122,9 @@ class Launch:
     # What hopper sets (config, agent, prompt env, HOPPER_*), without what the
     # watcher inherited: what a container job gets.
     job_vars: Mapping[str, str] = field(default_factory=dict)
+    # Begin it ahead, while every slot is busy: only if it records and makes
+    # nothing a withdraw cannot undo (else answer Deferred, nothing done).
+    ahead: bool = False
 
 
 @dataclass(frozen=True)
@@ -114,6 +165,12 @@ class Starting(ABC):
     def abandon(self) -> None:
         """Never released (its record could not be committed, or the watcher is
         going away): the gated job is ended without running."""
+
+    def withdraw(self) -> None:
+        """Begun ahead (``Launch.ahead``) and never to be released: leave the run
+        as a queued job's (waits briefly; a start that cannot be begun ahead
+        never gets here)."""
+        self.abandon()
 
     def hurry(self) -> None:
         """The watcher is stopping: be ready to report soon (a start that waits on an
@@ -168,6 +225,22 @@ class Context:
     keepalive: Callable[[], None] = field(default=lambda: None)
 
 
+class Recovery(Protocol):
+    """One recovery pass's questions to an executor (see the module docstring)."""
+
+    def observe(self, snap: RunSnapshot, run_dir: Path) -> RunSnapshot:
+        """Add what this executor knows of a run to its snapshot (Slurm: its state)."""
+
+    def clear(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
+        """Before a job is queued again: end anything started but never recorded
+        (``local``: its last start was on this host). False if that cannot be
+        known now (then the job is left for the next pass)."""
+
+    def settle(self, snap: RunSnapshot, run_dir: Path, lost: bool) -> Ended | None:
+        """The end of a job recovery found finished (``lost``: with no exit record);
+        None if it cannot be told now."""
+
+
 class Executor(Protocol):
     name: str
 
@@ -187,29 +260,12 @@ class Executor(Protocol):
     def cancel(self, job: Running, reason: Reason) -> None:
         """Stop the job (its record already says why); it ends through :meth:`poll`."""
 
-    def abandon(self, job: Running) -> None:
-        """Its run directory is gone: end its processes, record nothing."""
-
-    def forget(self, job: Running) -> None:
-        """Another watcher took the job over: drop what we hold for it, touch nothing."""
-
-    # -- after a restart ------------------------------------------------------------
-    def begin_recovery(self) -> None:
-        """A recovery pass starts: forget what the previous pass learnt."""
-
-    def observe(self, snap: RunSnapshot, run_dir: Path) -> RunSnapshot:
-        """Add what this executor knows of a run to its snapshot (Slurm: its state)."""
-
-    def clear_strays(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
-        """Before a job is queued again by recovery: end anything started but never
-        recorded (``local``: its last start was on this host, whose stale
-        supervisors are already ended).
-
-        False if that cannot be known now (then the job is left for the next pass).
-        """
+    def forget(self, job: Running, *, end: bool = False) -> None:
+        """Drop what we hold for the job, touching nothing (another watcher took it
+        over); ``end``: its run directory is gone: end its processes, record nothing."""
 
     def adopt(self, record: JobRecord, run_dir: Path) -> Running:
         """Watch a job that still runs under a previous watcher; record that we own it."""
 
-    def settle(self, job: Running, snap: RunSnapshot, lost: bool) -> Ended | None:
-        """The end of a job recovery found finished (``lost``: with no exit record)."""
+    def recovery(self) -> Recovery:
+        """A recovery pass starts: what it asks this executor, fresh for the pass."""

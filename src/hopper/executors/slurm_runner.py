@@ -58,6 +58,7 @@ log = logging.getLogger(__name__)
 FAST_QUERY = 0.5  # seconds between queries while a wrapper has recorded an exit
 RETRY_SUBMIT = 5.0  # seconds before a submit is tried again when Slurm did not answer
 WARN_EVERY = 60.0  # seconds between "Slurm unavailable" log lines
+FILES = (EXIT_STATUS_FILE,)  # the wrapper's record: kept under a numbered name on a retry
 
 
 def _when(text: str, default: datetime) -> datetime:
@@ -92,7 +93,6 @@ class SlurmExecutor:
         self.lane = Lane("slurm", wake=ctx.wake)  # every Slurm call, off the loop
         self._query: Call[dict[str, SlurmState]] | None = None  # squeue on its way
         self._loose: list[Call[bool]] = []  # scancels nobody waits for (abandoned starts)
-        self.view = self._view()  # recovery's listing, fresh for each reconcile pass
 
     @property
     def config(self) -> SlurmConfig:
@@ -115,6 +115,8 @@ class SlurmExecutor:
     def start(self, launch: Launch) -> Start:
         """The wrapper written here; sbatch on the lane (slurm_start.py): the loop goes on."""
         record, run_dir, prep, workdir = launch.record, launch.run_dir, launch.prep, launch.workdir
+        if launch.ahead:
+            return Deferred(record)  # a submission is real work: made with a slot only
         try:
             wrapper = write_job_wrapper(run_dir, prep.argv, workdir)
             argv = sbatch_argv(
@@ -231,11 +233,9 @@ class SlurmExecutor:
                         slurm_job_id=job.record.slurm_job_id,
                     )
 
-    def abandon(self, job: Running) -> None:
-        self.cancel(job, Reason.LOST)
-        self.tracks.pop(job.record.id, None)
-
-    def forget(self, job: Running) -> None:
+    def forget(self, job: Running, *, end: bool = False) -> None:
+        if end:
+            self.cancel(job, Reason.LOST)
         self.tracks.pop(job.record.id, None)
 
     def poll(self, jobs: Sequence[Running], tick: Tick) -> Polled:
@@ -368,7 +368,9 @@ class SlurmExecutor:
         )
         if outcome.reason is Reason.LOST and not state.found:
             ledger.note(job.run_dir, "lost", now, slurm_job_id=state.slurm_id)
-            return Ended(job.record, job.run_dir, How.LOST, outcome.reason, outcome.detail)
+            return Ended(
+                job.record, job.run_dir, How.LOST, outcome.reason, outcome.detail, files=FILES
+            )
         finished = _when(exit_file.finished_at, now) if exit_file else now
         status = ExitStatus(
             started=True,
@@ -376,11 +378,29 @@ class SlurmExecutor:
             signal=outcome.signal,
             finished_at=finished,
         )
-        return Ended(job.record, job.run_dir, How.EXITED, outcome.reason, outcome.detail, status)
+        return Ended(
+            job.record,
+            job.run_dir,
+            How.EXITED,
+            outcome.reason,
+            outcome.detail,
+            status,
+            files=FILES,
+        )
 
     # -- after a restart ------------------------------------------------------------
-    def begin_recovery(self) -> None:
-        self.view = self._view()  # asks Slurm once, only if a record needs it
+    def adopt(self, record: JobRecord, run_dir: Path) -> Running:
+        return adopt(record, run_dir, self.ctx)
+
+    def recovery(self) -> SlurmRecovery:
+        return SlurmRecovery(self, self._view())  # asks Slurm once, only if a record needs it
+
+
+class SlurmRecovery:
+    """A recovery pass's questions, answered from one listing of Slurm's jobs."""
+
+    def __init__(self, executor: SlurmExecutor, view: StateView) -> None:
+        self.executor, self.view = executor, view
 
     def observe(self, snap: RunSnapshot, run_dir: Path) -> RunSnapshot:
         """A recorded Slurm job that may be ours: add Slurm's view and the wrapper's record."""
@@ -398,13 +418,13 @@ class SlurmExecutor:
             slurm_exit=read_exit_file(run_dir, record.slurm_job_id),
         )
 
-    def clear_strays(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
-        return self.cancel_unrecorded(record.id, self.view)
+    def clear(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
+        return self.executor.cancel_unrecorded(record.id, self.view)
 
-    def adopt(self, record: JobRecord, run_dir: Path) -> Running:
-        return adopt(record, run_dir, self.ctx)
-
-    def settle(self, job: Running, snap: RunSnapshot, lost: bool) -> Ended | None:
+    def settle(self, snap: RunSnapshot, run_dir: Path, lost: bool) -> Ended | None:
         if snap.slurm is None:
             return None  # Slurm did not answer: asked again at the next pass
-        return self.settle_state(job, snap.slurm, snap.slurm_exit)
+        assert snap.record is not None
+        return self.executor.settle_state(
+            Running(snap.record, run_dir), snap.slurm, snap.slurm_exit
+        )

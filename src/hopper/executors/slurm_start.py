@@ -136,7 +136,7 @@ class SlurmStart(Starting):
         self.executor.release_later(record, self.slurm_id, note=False)
         log.info("job=%s state=queued->running slurm_job_id=%s", record.id, self.slurm_id)
         beat = self.executor.ctx.clock.monotonic() + self.executor.ctx.config.heartbeat_interval
-        return Running(record, self.run_dir, None, beat)
+        return Running(record, self.run_dir, beat)
 
     def abandon(self) -> None:
         """Its record could not be committed: the held Slurm job goes (on the lane)."""
