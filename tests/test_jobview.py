@@ -49,7 +49,7 @@ def _kind(annotation: Any) -> str:
         named = {
             frozenset({1}): "version",
             frozenset({"none", "folder", "worktree"}): "workspace",
-            frozenset({"local", "slurm", "container"}): "executor",
+            frozenset({"local", "slurm", "container", "session"}): "executor",
             frozenset(
                 {"starting", "working", "waiting_for_input", "retrying", "api_error", "idle"}
             ): "agent_state",

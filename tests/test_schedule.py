@@ -84,7 +84,9 @@ def test_retry_backoff_waits() -> None:
 
 def test_sessions_run_one_at_a_time_in_claim_order() -> None:
     a, b = job(1, session="s"), job(2, session="s", priority=10)
-    assert decide([a, b]).start == [a.id]
+    first = decide([a, b])
+    assert first.start == [a.id]
+    assert first.waiting[b.id] == "waiting for session s's turn"
     running = a.model_copy(update={"state": JobState.RUNNING})
     assert decide([b], [running]).start == []
     assert decide([b]).start == [b.id]

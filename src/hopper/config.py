@@ -118,6 +118,17 @@ class AgentConfig(BaseModel):
     argv: list[str] | None = Field(None, description="custom agent: argv template")
     format: Literal["text", "claude-jsonl", "codex-jsonl"] = "text"
     stdin: bool = Field(True, description="custom agent: the prompt on stdin")
+    mode: Literal["headless", "interactive"] = Field(
+        "headless",
+        description="headless: one run of the CLI per job; interactive: the CLI lives in a "
+        "terminal hopper holds, and each job is a message typed into it (docs/agents.md)",
+    )
+    session_idle: PositiveSeconds = Field(
+        300.0, description="interactive: a session with no message for this long ends"
+    )
+    session_max: PositiveSeconds = Field(
+        86400.0, description="interactive: a session ends at this age"
+    )
 
 
 class Limits(BaseModel):
@@ -230,6 +241,7 @@ class Route(BaseModel):
     priority: int | None = None
     timeout: PositiveSeconds | None = None
     executor: Executor | None = None
+    mode: Literal["headless", "interactive"] | None = None
 
 
 class Hooks(BaseModel):

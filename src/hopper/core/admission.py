@@ -56,6 +56,8 @@ class RouteDefaults(Protocol):
     def timeout(self) -> float | None: ...
     @property
     def executor(self) -> Literal["local", "slurm", "container"] | None: ...
+    @property
+    def mode(self) -> Literal["headless", "interactive"] | None: ...
 
 
 @dataclass(frozen=True)
@@ -70,9 +72,17 @@ class _NoRoute:
     priority: int | None = None
     timeout: float | None = None
     executor: Literal["local", "slurm", "container"] | None = None
+    mode: Literal["headless", "interactive"] | None = None
 
 
 NO_ROUTE = _NoRoute()
+
+
+class AgentDefaults(Protocol):
+    """``[agents.NAME]``: what admission reads of an agent's table."""
+
+    @property
+    def mode(self) -> Literal["headless", "interactive"]: ...
 
 
 class AdmissionDefaults(Protocol):
@@ -94,6 +104,8 @@ class AdmissionDefaults(Protocol):
     def executor(self) -> Literal["local", "slurm", "container"]: ...
     @property
     def routes(self) -> Mapping[str, RouteDefaults]: ...
+    @property
+    def agents(self) -> Mapping[str, AgentDefaults]: ...
     @property
     def slurm(self) -> SlurmDefaults: ...
     @property
@@ -170,6 +182,10 @@ def admit(
         return Refusal(Reason.BAD_PROMPT, exc.describe(inbox_path))
     settings = settings_for(spec, inbox_path, config)
     agent = str(settings["agent"])
+    try:
+        settings = interactive(spec, settings, route_of(inbox_path, config), config)
+    except BadPrompt as exc:
+        return Refusal(Reason.BAD_PROMPT, exc.describe(inbox_path), settings)
     executor = str(settings["executor"])
     try:
         resources = slurm_request(executor, spec, config.slurm)
@@ -200,6 +216,35 @@ def runnable(spec: PromptSpec, agent: str) -> None:
         prompts.bash_script(spec)
     elif not spec.body.strip():
         raise BadPrompt("has no prompt text", hint="write the task below the front matter")
+
+
+SESSION_EXECUTOR = "session"  # the executor of interactive agent jobs (executors/session.py)
+
+
+def route_of(inbox_path: str, config: AdmissionDefaults) -> RouteDefaults:
+    match = routing.match_route(list(config.routes), routing.subpath(inbox_path))
+    return config.routes[match.key] if match else NO_ROUTE
+
+
+def interactive(
+    spec: PromptSpec, settings: dict[str, object], route: RouteDefaults, config: AdmissionDefaults
+) -> dict[str, object]:
+    """An agent job in ``mode = "interactive"`` (front matter, else the route, else
+    ``[agents.NAME] mode``) runs as a message to a live session on this host: its
+    executor is the session host's. Raises :class:`BadPrompt` for one that asks for
+    another executor."""
+    agent = str(settings["agent"])
+    table = config.agents.get(agent)
+    mode = routing.first(spec.options.mode, route.mode, table.mode if table else None)
+    if mode != "interactive" or agent == "bash":
+        return settings
+    if settings["executor"] != "local":
+        raise BadPrompt(
+            f'mode = "interactive" runs the agent in a terminal on this host, not with '
+            f"executor {settings['executor']!r}",
+            hint='drop the executor key, or use mode = "headless"',
+        )
+    return {**settings, "executor": SESSION_EXECUTOR}
 
 
 def settings_for(spec: PromptSpec, inbox_path: str, config: AdmissionDefaults) -> dict[str, object]:

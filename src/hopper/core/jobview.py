@@ -41,7 +41,7 @@ AGENT_STATES = frozenset(
     ("starting", "working", "waiting_for_input", "retrying", "api_error", "idle")
 )
 WORKSPACES = frozenset(("none", "folder", "worktree"))
-EXECUTORS = frozenset(("local", "slurm", "container"))
+EXECUTORS = frozenset(("local", "slurm", "container", "session"))
 _INT_BOUND = 1 << 63
 # What pydantic writes for a datetime; fromisoformat reads it to the same instant.
 _TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?(Z|[+-]\d\d:\d\d)?")

@@ -84,6 +84,7 @@ class PromptOptions(BaseModel):
     on_failure: list[str] | None = None
     on_finish: list[str] | None = None
     executor: Literal["local", "slurm", "container"] | None = None
+    mode: Literal["headless", "interactive"] | None = None
     image: Annotated[str, Field(min_length=1, max_length=500)] | None = None
     mounts: list[str] | None = None
     network: Annotated[str, Field(min_length=1, max_length=200)] | None = None
@@ -373,6 +374,7 @@ _KEY_HINTS = {
     "after": f'a list of at most {MAX_AFTER} job names or ids, for example after = ["migrate"]',
     "workspace": 'one of "none", "folder", "worktree"',
     "executor": 'one of "local", "slurm", "container"',
+    "mode": 'agent jobs: "headless" (one run of the CLI) or "interactive" (a live session)',
     "image": 'container jobs: the image to run, for example image = "python:3.12-slim"',
     "mounts": 'container jobs: a list of "/host/path:/in/container[:ro]"',
     "network": 'container jobs: the engine\'s network, for example network = "none"',
@@ -398,6 +400,7 @@ def refuse_agent_only_keys(options: PromptOptions) -> None:
         ("check", options.check is not None),
         ("max_nudges", options.max_nudges is not None),
         ("on_idle", options.on_idle == "nudge"),
+        ("mode", options.mode == "interactive"),
     ):
         if given:
             raise BadPrompt(

@@ -177,10 +177,11 @@ class JobRecord(BaseModel):
     workspace_path: str | None = Field(
         None, description="folder / worktree: the directory the job ran in"
     )
-    executor: Literal["local", "slurm", "container"] = Field(
+    executor: Literal["local", "slurm", "container", "session"] = Field(
         "local",
         description="local: a supervised process on `host`; slurm: a Slurm batch job; "
-        "container: a podman or docker container on `host`, under a supervisor",
+        "container: a podman or docker container on `host`, under a supervisor; "
+        'session: a message to a live interactive agent (mode = "interactive")',
     )
     slurm_job_id: str | None = Field(
         None, description="executor slurm: the Slurm job id (set before the job may start)"

@@ -286,7 +286,7 @@ def schedule(
         if record.id in waiting:
             continue
         if session_busy:
-            waiting[record.id] = f"session {record.session} has an earlier job"
+            waiting[record.id] = f"waiting for session {record.session}'s turn"
             continue
         if pause.covers(record.group):
             paused.add(record.id)

@@ -28,6 +28,7 @@ class Reason(StrEnum):
     SIGNALED = "signaled"  # killed by a signal hopper did not send
     TIMEOUT = "timeout"
     ABORTED = "aborted"  # ABORT marker or `hopper abort`
+    INTERRUPTED = "interrupted"  # an interactive session's turn interrupted; the session lives on
     SHUTDOWN = "shutdown"  # the watcher was stopped with on_stop = "abort"
     BAD_PROMPT = "bad_prompt"
     UNKNOWN_AGENT = "unknown_agent"
@@ -55,6 +56,7 @@ REASON_STATE: dict[Reason, JobState] = {
     Reason.SIGNALED: JobState.FAILED,
     Reason.TIMEOUT: JobState.FAILED,
     Reason.ABORTED: JobState.ABORTED,
+    Reason.INTERRUPTED: JobState.ABORTED,
     Reason.SHUTDOWN: JobState.ABORTED,
     Reason.BAD_PROMPT: JobState.FAILED,
     Reason.UNKNOWN_AGENT: JobState.FAILED,
