@@ -42,6 +42,48 @@ def agent_activity(layout: Layout, job_id: str) -> str:
         return "-"
 
 
+QUEUED_LOOKS = 200  # queued rows whose session is looked up (one job.json read each)
+
+
+def queued_activity(layout: Layout, job_ids: list[str], running: list[str]) -> dict[str, str]:
+    """Queued jobs of a session that wait for an earlier job of it (one running, or
+    queued before them: the scheduler's rule) -> ``waiting for session X's turn``.
+    Only for the first :data:`QUEUED_LOOKS` queued rows (a flood stays quick)."""
+    out: dict[str, str] = {}
+    sessions: dict[str, str] = {}
+    for job_id in sorted(job_ids)[:QUEUED_LOOKS]:
+        try:
+            view = read_view(layout.run_dir(job_id))
+        except (OSError, JobFileCorrupt):
+            continue
+        if view.session:
+            sessions[job_id] = view.session
+    busy = {s for s in sessions.values() if _session_busy(layout, s)}
+    if sessions:
+        busy |= {s for s in map(lambda j: _session_of(layout, j), running) if s}
+    for job_id in sorted(sessions):
+        name = sessions[job_id]
+        if name in busy:
+            out[job_id] = f"waiting for session {name}'s turn"
+        busy.add(name)  # the later ones wait behind this one
+    return out
+
+
+def _session_of(layout: Layout, job_id: str) -> str | None:
+    try:
+        return read_view(layout.run_dir(job_id)).session
+    except (OSError, JobFileCorrupt):
+        return None
+
+
+def _session_busy(layout: Layout, name: str) -> bool:
+    """A job of the session runs: its live host has a message in progress."""
+    from hopper.sessionhost.contract import read_session
+
+    state = read_session(layout.root / "sessions" / name)
+    return state is not None and state.job is not None and state.live
+
+
 def pause_lines(layout: Layout) -> list[str]:
     """One line per paused session: why its prompts wait, and how to go on."""
     return [

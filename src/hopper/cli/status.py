@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
-from hopper.cli.activity import agent_activity, describe, pause_lines
+from hopper.cli.activity import agent_activity, describe, pause_lines, queued_activity
 from hopper.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_root_args, read_context, warn
 from hopper.cli.status_table import ellipsis_for, fit_width, painter, render, use_color
 from hopper.configfile import has_table
@@ -243,9 +243,18 @@ def show(
     paint = painter(use_color(args.color, isatty, os.environ))
     inbox = None if args.ids else foot.inbox_line(layout)
     if jobs:
+        queued = queued_activity(
+            layout,
+            [j.id for j in jobs if j.state is JobState.QUEUED],
+            [j.id for j in jobs if j.state is JobState.RUNNING],
+        )
         rows = [
             summary_row(
-                j, now, agent_activity(layout, j.id) if j.state is JobState.RUNNING else "-"
+                j,
+                now,
+                agent_activity(layout, j.id)
+                if j.state is JobState.RUNNING
+                else queued.get(j.id, "-"),
             )
             for j in jobs
         ]

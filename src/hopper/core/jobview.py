@@ -147,6 +147,7 @@ class JobView:
     agent_state: str | None
     error_kind: str | None
     reason: Reason | None
+    session: str | None = None
 
     @property
     def id(self) -> str:
@@ -214,6 +215,7 @@ def view_of(doc: object) -> JobView | None:
         agent_state=doc.get("agent_state"),
         error_kind=doc.get("error_kind"),
         reason=reason,
+        session=doc.get("session"),
     )
 
 
@@ -226,6 +228,7 @@ def view_of_record(record: JobRecord) -> JobView:
         agent_state=record.agent_state,
         error_kind=record.error_kind,
         reason=record.reason,
+        session=record.session,
     )
 
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from hopper.executors.container_runner import ContainerExecutor
 from hopper.executors.local import LocalExecutor
 from hopper.executors.protocol import Context, Executor
+from hopper.executors.session import SessionExecutor
 from hopper.executors.slurm_runner import SlurmExecutor
 
 Factory = Callable[[Context], Executor]
@@ -19,6 +20,7 @@ FACTORIES: dict[str, Factory] = {
     LocalExecutor.name: LocalExecutor,
     SlurmExecutor.name: SlurmExecutor,
     ContainerExecutor.name: ContainerExecutor,
+    SessionExecutor.name: SessionExecutor,
 }
 
 

@@ -302,8 +302,8 @@ class Host:
         self._type(self.agent.interrupt_keys())
         if self.turn is not None:
             self._end_turn(c.INTERRUPTED, "interrupted on request", now)
-        self.ready = False
-        self.screen.clear()
+            self.ready = False  # typed again once the agent shows its prompt
+            self.screen.clear()
         self.listener.answer(req.client, {"ok": True, "job": job}, end=True)
 
     # -- turns ----------------------------------------------------------------------

@@ -1,0 +1,179 @@
+"""Interactive agent jobs through a real watcher: messages to a live session host.
+
+The agent is the fake CLI of tests/sessionfake.py (HOPPER_SESSION_HOST_ARGV points
+the session executor at a host with it); the real Claude CLIs are in
+tests/agents/test_interactive_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import FAST_CONFIG, Watchers, drop
+from hopper.core.record import JobRecord
+from hopper.sessionhost import contract as c
+from hopper.sessionhost.client import request
+from hopper.store.jobfile import read_events, read_record
+from hopper.store.layout import Layout
+from sessionfake import HERE
+from sessionhosts import cast_of
+from waiting import poll_until
+
+WAIT = 60.0
+HOST_ENV = {"HOPPER_SESSION_HOST_ARGV": json.dumps([sys.executable, str(HERE), "host"])}
+CONFIG = FAST_CONFIG + '[agents.claude]\nbin = "/bin/true"\nsession_idle = "60s"\n'
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(CONFIG)
+    return path
+
+
+@pytest.fixture
+def hosts(layout: Layout) -> Iterator[None]:
+    """Every session host under the root is ended after the test (SIGKILL to its group)."""
+    yield
+    for state_file in [*layout.root.glob("sessions/*/session.json"),
+                       *layout.root.glob("runs/*/session/session.json")]:  # fmt: skip
+        state = c.read_session(state_file.parent)
+        if state is not None:
+            try:
+                os.killpg(state.host_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def message(text: str, **keys: str) -> str:
+    front = "".join(f'{k} = "{v}"\n' for k, v in {"mode": "interactive", **keys}.items())
+    return f'+++\nagent = "claude"\n{front}+++\n{text}\n'
+
+
+def ended(layout: Layout, name: str) -> JobRecord:
+    def done() -> JobRecord | None:
+        for run in layout.runs.iterdir():
+            try:
+                rec = read_record(run)
+            except Exception:
+                continue
+            if rec.name == name and rec.state in ("succeeded", "failed", "aborted"):
+                return rec
+        return None
+
+    return poll_until(done, WAIT, f"job {name} ended")
+
+
+def running(layout: Layout, name: str) -> JobRecord:
+    def found() -> JobRecord | None:
+        for run in layout.runs.iterdir():
+            try:
+                rec = read_record(run)
+            except Exception:
+                continue
+            if rec.name == name and rec.state == "running":
+                return rec
+        return None
+
+    return poll_until(found, WAIT, f"job {name} running")
+
+
+def test_three_messages_to_one_session_run_in_order_in_one_agent(
+    layout: Layout, watchers: Watchers, hosts: None
+) -> None:
+    for i in range(3):
+        drop(layout, f"m{i}", message(f"message {i}", session="chat"))
+    watchers.start(env=HOST_ENV)
+    recs = [ended(layout, f"m{i}") for i in range(3)]
+    assert [r.state for r in recs] == ["succeeded"] * 3, [r.detail for r in recs]
+    assert [r.executor for r in recs] == ["session"] * 3
+    assert len({r.pid for r in recs}) == 1 and recs[0].pid is not None
+    assert len({r.supervisor_pid for r in recs}) == 1
+    assert [r.turns for r in recs] == [1, 2, 3]
+    assert all(r.session_id and r.session_id == recs[0].session_id for r in recs)
+    assert all(r.usage and r.usage.input_tokens == 10 for r in recs)
+    for i, rec in enumerate(recs):
+        run = layout.run_dir(rec.id)
+        assert (run / "result.md").read_text() == f"answer: message {i}\n"
+        assert (run / c.CAST_FILE).read_text().startswith('{"version": 2')
+        assert [e["event"] for e in read_events(run)].count("turn_ended") == 1
+    assert recs[0].finished_at and recs[1].started_at and recs[0].finished_at <= recs[1].started_at
+    state = c.read_session(layout.root / "sessions" / "chat")
+    assert state is not None and state.state == c.IDLE and state.turns == 3
+
+
+def test_abort_interrupts_the_turn_and_the_session_takes_the_next_message(
+    layout: Layout, watchers: Watchers, hosts: None
+) -> None:
+    watchers.start(env=HOST_ENV)
+    drop(layout, "long", message("slow", session="chat"))
+    rec = running(layout, "long")
+    run = layout.run_dir(rec.id)
+    poll_until(lambda: b"tick" in cast_of(run), WAIT, "ticks")
+    (run / "ABORT").touch()
+    aborted = ended(layout, "long")
+    assert aborted.state == "aborted" and aborted.reason == "interrupted", aborted.detail
+    assert "the session lives on" in (aborted.detail or "")
+    drop(layout, "next", message("after", session="chat"))
+    after = ended(layout, "next")
+    assert after.state == "succeeded" and after.pid == aborted.pid
+
+
+def test_a_job_without_a_session_gets_a_host_that_ends_with_it(
+    layout: Layout, watchers: Watchers, hosts: None
+) -> None:
+    watchers.start(env=HOST_ENV)
+    drop(layout, "solo", message("alone"))
+    rec = ended(layout, "solo")
+    assert rec.state == "succeeded" and rec.executor == "session", rec.detail
+    folder = layout.run_dir(rec.id) / "session"
+    poll_until(lambda: (s := c.read_session(folder)) is not None and s.state == c.ENDED,
+               WAIT, "its host ended")  # fmt: skip
+    state = c.read_session(folder)
+    assert state is not None and state.ended_reason == c.ENDED_JOB
+
+
+def test_a_watcher_killed_mid_turn_loses_nothing(
+    layout: Layout, watchers: Watchers, hosts: None
+) -> None:
+    first = watchers.start(env=HOST_ENV)
+    drop(layout, "long", message("slow", session="chat"))
+    rec = running(layout, "long")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    watchers.start(env=HOST_ENV)
+    run = layout.run_dir(rec.id)
+    poll_until(
+        lambda: any(e["event"] == "adopted" for e in read_events(run)), WAIT, "the job adopted"
+    )
+    poll_until(lambda: b"tick" in cast_of(run), WAIT, "the turn going on")
+    request(layout.root / "sessions" / "chat", "interrupt")
+    done = ended(layout, "long")
+    assert done.state == "aborted" and done.reason == "interrupted", done.detail
+    assert done.pid == rec.pid
+    assert [e["event"] for e in read_events(run)].count("turn_ended") == 1
+    drop(layout, "next", message("after", session="chat"))
+    assert ended(layout, "next").pid == rec.pid
+
+
+def test_a_queued_message_says_it_waits_for_the_sessions_turn(
+    layout: Layout, watchers: Watchers, hosts: None, hopper
+) -> None:
+    watchers.start(env=HOST_ENV)
+    drop(layout, "long", message("slow", session="chat"))
+    rec = running(layout, "long")
+    drop(layout, "queued", message("later", session="chat"))
+    poll_until(
+        lambda: "waiting for session chat's turn" in hopper("status", "queued").stdout,
+        WAIT,
+        "the queued message's why",
+    )
+    (layout.run_dir(rec.id) / "ABORT").touch()
+    assert ended(layout, "queued").state == "succeeded"
