@@ -269,7 +269,7 @@ def test_a_reached_budget_holds_its_scope_agent_jobs_only() -> None:
         [agent, script, other, later, first], [], WIDE, NO_PAUSE, [], NOW, 60.0, budgets=holds
     )
     assert d.start == [script.id, other.id]
-    assert d.waiting[later.id] == "session s has an earlier job"
+    assert d.waiting[later.id] == "waiting for session s's turn"
     assert set(d.held) == {agent.id, first.id}
     assert d.held[agent.id].startswith("waiting: group app spent $2.00 of $1.00 today")
     assert d.waiting[agent.id] == d.held[agent.id]
