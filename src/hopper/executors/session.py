@@ -51,6 +51,9 @@ from hopper.store.sessions import job_session_dir, sessions_root
 
 log = logging.getLogger(__name__)
 
+# A turn's files a retry keeps under attempt-numbered names (besides job.log).
+ATTEMPT_FILES = (contract.TURN_FILE, contract.CAST_FILE)
+
 
 class SessionExecutor:
     name = "session"
@@ -124,20 +127,20 @@ class SessionExecutor:
         return polled
 
     def _poll_one(self, job: Running, tick: Tick, found: list[Ended]) -> None:
-        end = self._turn_end(job.record, job.run_dir)
+        end = self.turn_end(job.record, job.run_dir)
         if end is not None:
-            found.append(self._ended(job, end))
+            found.append(self.end_of(job, end))
             return
         if not tick.sweep:
             return
         rec = job.record
         if identity.is_alive(rec.supervisor_pid, rec.supervisor_start_time):
             return
-        end = self._turn_end(rec, job.run_dir)  # written just before the host ended
-        found.append(self._ended(job, end) if end is not None else self._lost(job))
+        end = self.turn_end(rec, job.run_dir)  # written just before the host ended
+        found.append(self.end_of(job, end) if end is not None else self.lost(job))
 
     @staticmethod
-    def _turn_end(record: JobRecord, run_dir: Path) -> TurnEnd | None:
+    def turn_end(record: JobRecord, run_dir: Path) -> TurnEnd | None:
         end = contract.read_turn_end(run_dir)
         return end if end is not None and end.job_id == record.id else None
 
@@ -147,7 +150,7 @@ class SessionExecutor:
             return None
         return Ended(job.record, job.run_dir, How.HANDED_OVER, detail=holder)
 
-    def _ended(self, job: Running, end: TurnEnd) -> Ended:
+    def end_of(self, job: Running, end: TurnEnd) -> Ended:
         taken = self._handed_over(job)
         if taken is not None:
             return taken
@@ -163,43 +166,35 @@ class SessionExecutor:
             detail=end.detail or None,
         )
         status, reason, detail = turn_outcome(end, rec, self.folder(rec))
-        return Ended(rec, job.run_dir, How.EXITED, reason, detail, status)
+        return Ended(rec, job.run_dir, How.EXITED, reason, detail, status, files=ATTEMPT_FILES)
 
-    def _lost(self, job: Running) -> Ended:
+    def lost(self, job: Running) -> Ended:
         taken = self._handed_over(job)
         if taken is not None:
             return taken
         ledger.note(job.run_dir, "lost", self.ctx.clock.now(), orphans_killed=0)
         detail = "the session host vanished without recording the turn's end"
-        return Ended(job.record, job.run_dir, How.LOST, Reason.LOST, detail)
+        return Ended(job.record, job.run_dir, How.LOST, Reason.LOST, detail, files=ATTEMPT_FILES)
 
     # -- stop -----------------------------------------------------------------------
     def cancel(self, job: Running, reason: Reason) -> None:
         """Interrupt the turn (off the loop); the host records it ``interrupted``."""
         self.lane.submit(interrupt_work(self.folder(job.record)))
 
-    def abandon(self, job: Running) -> None:
-        """Its run directory is gone: interrupt its turn (a host of its own: close it)."""
+    def forget(self, job: Running, *, end: bool = False) -> None:
+        """Taken over: touch nothing. ``end`` (its run directory is gone): interrupt
+        its turn (a host of its own: close it)."""
+        if not end:
+            return
         folder = self.folder(job.record)
         if job.record.session is None:
             self.close_later(folder)
         else:
             self.lane.submit(interrupt_work(folder))
 
-    def forget(self, job: Running) -> None:
-        return None
-
     # -- after a restart ------------------------------------------------------------
-    def begin_recovery(self) -> None:
-        return None
-
-    def observe(self, snap: RunSnapshot, run_dir: Path) -> RunSnapshot:
-        return snap
-
-    def clear_strays(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
-        """A start never recorded: its message is taken back before it is queued again."""
-        request_file(self.folder(record), record.id).unlink(missing_ok=True)
-        return True
+    def recovery(self) -> SessionRecovery:
+        return SessionRecovery(self)
 
     def adopt(self, record: JobRecord, run_dir: Path) -> Running:
         """Watch it again; a message the last watcher recorded running but died before
@@ -208,9 +203,26 @@ class SessionExecutor:
         redeliver(self.folder(record), record, run_dir)
         return job
 
-    def settle(self, job: Running, snap: RunSnapshot, lost: bool) -> Ended | None:
-        end = self._turn_end(job.record, job.run_dir)
-        return self._ended(job, end) if end is not None else self._lost(job)
+
+class SessionRecovery:
+    """A recovery pass's questions: a job's end is its turn.json, whatever the host's fate."""
+
+    def __init__(self, executor: SessionExecutor) -> None:
+        self.executor = executor
+
+    def observe(self, snap: RunSnapshot, run_dir: Path) -> RunSnapshot:
+        return snap
+
+    def clear(self, record: JobRecord, run_dir: Path, local: bool) -> bool:
+        """A start never recorded: its message is taken back before it is queued again."""
+        request_file(self.executor.folder(record), record.id).unlink(missing_ok=True)
+        return True
+
+    def settle(self, snap: RunSnapshot, run_dir: Path, lost: bool) -> Ended | None:
+        assert snap.record is not None
+        job = Running(snap.record, run_dir)
+        end = self.executor.turn_end(job.record, run_dir)
+        return self.executor.end_of(job, end) if end is not None else self.executor.lost(job)
 
 
 def redeliver(folder: Path, record: JobRecord, run_dir: Path) -> bool:

@@ -181,7 +181,7 @@ class SessionStart(Starting):
         )
         ctx = self.executor.ctx
         beat = ctx.clock.monotonic() + ctx.config.heartbeat_interval
-        return Running(record, self.run_dir, None, beat)
+        return Running(record, self.run_dir, beat, held=self.plan.folder)
 
     def abandon(self) -> None:
         """Never released: nothing was typed; a host of this job's own is closed."""
