@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Install hopper. Idempotent: re-run it to upgrade from this checkout.
 #
-#   ./install.sh                  # for you: venv in ~/.local/share/hopper, ~/.local/bin/hopper
+#   ./install.sh                  # for you: venv in ~/.local/share/hopper, ~/.local/bin/hopper,
+#                                 #   `man hopper` (~/.local/share/man/man1/hopper.1)
 #   ./install.sh --user-unit      # ... and the user unit ~/.config/systemd/user/hopper.service,
 #                                 #     ~/.config/hopper/config.toml and env (if missing)
 #   sudo ./install.sh --system    # the service: `hopper` account, venv in /opt/hopper,
-#                                 #   /usr/local/bin/hopper, /etc/systemd/system/hopper.service,
+#                                 #   /usr/local/bin/hopper, /usr/local/share/man/man1/hopper.1,
+#                                 #   /etc/systemd/system/hopper.service,
 #                                 #   /etc/hopper/config.toml, /etc/hopper/env (mode 600)
 #   ./install.sh [--system] --uninstall   # remove what it installed; never the jobs' data
 #   ./install.sh --web ...        # also the dashboard (`hopper web`: the 'web' extra) and,
@@ -48,7 +50,7 @@ while [ $# -gt 0 ]; do
         --web) web=1; shift ;;
         --uninstall) uninstall=1; shift ;;
         --no-systemctl) use_systemctl=0; shift ;;
-        -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -89,6 +91,8 @@ else
     systemctl=(systemctl --user)
 fi
 hopper_bin="$venv/bin/hopper"
+# beside the bin/ of the command: man finds share/man next to each directory on PATH
+man_page="$(dirname "$(dirname "$bin_link")")/share/man/man1/hopper.1"
 unit="$unit_dir/hopper.service"
 web_unit="$unit_dir/hopper-web.service"
 manifest="$venv/.hopper-installed"   # "KIND SHA256 PATH" of what this script created
@@ -114,6 +118,23 @@ record() {  # record KIND PATH: remember a file this script created (first time 
     [ -f "$dest$manifest" ] && grep -q " $path\$" "$dest$manifest" && return 0
     [ "$kind" = file ] && digest="$(sha "$dest$path")"
     echo "$kind $digest $path" >> "$dest$manifest"
+}
+write_ours() {  # write_ours PATH: stdin to PATH, rewritten at each install (its digest too)
+    local path="$1" tmp
+    if [ -e "$dest$path" ] && ! { [ -f "$dest$manifest" ] && grep -q " $path\$" "$dest$manifest"; }
+    then
+        echo "kept:      $dest$path (not installed by this script)"; cat >/dev/null; return 0
+    fi
+    mkdir -p "$(dirname "$dest$path")"
+    tmp="$(mktemp "$dest$path.XXXXXX")"
+    cat > "$tmp"
+    chmod 644 "$tmp"
+    mv -f "$tmp" "$dest$path"
+    if [ -f "$dest$manifest" ]; then
+        grep -v " $path\$" "$dest$manifest" > "$dest$manifest.new" || true
+        mv -f "$dest$manifest.new" "$dest$manifest"
+    fi
+    record file "$path"
 }
 write_new() {  # write_new PATH MODE: stdin to PATH unless it exists (never overwrite)
     local path="$1" mode="$2" tmp
@@ -161,6 +182,7 @@ if [ "$uninstall" = 1 ]; then
         rm -rf "$dest$venv"; echo "removed:   $dest$venv"
     fi
     rmdir "$dest$conf_dir" 2>/dev/null || true
+    rmdir "$dest$(dirname "$man_page")" 2>/dev/null || true   # man1/, if nothing else is in it
     [ "$mode" = system ] || rmdir "$dest$prefix/share/hopper" 2>/dev/null || true
     [ ! -d "$dest$state_dir" ] || echo "kept:      $dest$state_dir (the jobs' data: inbox, runs, processed)"
     if [ "$mode" = system ] && [ -z "$dest" ] && getent passwd hopper >/dev/null; then
@@ -209,6 +231,9 @@ if [ -e "$dest$bin_link" ] && [ ! -L "$dest$bin_link" ]; then
 else
     ln -sfn "$hopper_bin" "$dest$bin_link"
 fi
+
+"$dest$venv/bin/python" -m hopper.cli.manpage | write_ours "$man_page"
+echo "manual:    $dest$man_page (man hopper)"
 
 if [ "$mode" = system ] || [ "$user_unit" = 1 ]; then
     render_opts=()

@@ -194,7 +194,23 @@ def test_plain_user_install_lays_down_only_the_venv_and_the_command(user: Instal
     if plain is None:
         pytest.skip("the user install was re-created by another test")
     ours = {p for p in plain if "hopper" in p}  # tools may leave their own dot-files in HOME
-    assert ours == {".local/share/hopper/venv", ".local/bin/hopper"}
+    assert ours == {
+        ".local/share/hopper/venv",
+        ".local/bin/hopper",
+        ".local/share/man/man1/hopper.1",  # `man hopper`: man looks in ../share/man of PATH
+    }
+
+
+def test_man_hopper_works_after_the_quick_start(user: Install) -> None:
+    """``man`` finds the page from PATH alone (share/man beside ~/.local/bin), and it
+    is the page of the installed hopper."""
+    env = {k: v for k, v in user.env.items() if k != "MANPATH"}
+    env["PATH"] = f"{user.hopper.parent}:/usr/bin:/bin"
+    where = run(["man", "-w", "hopper"], env)
+    page = user.home / ".local" / "share" / "man" / "man1" / "hopper.1"
+    assert (where.returncode, where.stdout.strip()) == (0, str(page)), where.stderr
+    version = run([str(user.hopper), "--version"], env).stdout.split()[1]
+    assert f'"hopper {version}" "User Commands"' in page.read_text()
 
 
 def test_user_unit_is_rendered_and_verifies(user: Install, tmp_path: Path) -> None:
@@ -263,6 +279,7 @@ def test_system_install_lays_down_unit_config_env(system: Install) -> None:
         "etc/systemd/system/hopper.service",
         "etc/hopper/config.toml",
         "etc/hopper/env",
+        "usr/local/share/man/man1/hopper.1",
     }
     assert laid["usr/local/bin/hopper"] == "-> " + SYSTEM_BIN
     assert (stage / "etc/hopper/env").stat().st_mode & 0o777 == 0o600
