@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,35 @@ def test_an_unknown_command_is_a_usage_error_listing_the_commands(
 def test_no_command_prints_the_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main.main([]) == 2
     assert "status    show jobs" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "read_as"),
+    [
+        (["--root", "/r", "status"], ["status", "--root", "/r"]),
+        (
+            ["--root=/r", "--config", "c", "inbox", "init"],
+            ["inbox", "init", "--root=/r", "--config", "c"],
+        ),
+        (["--root", "/r", "status", "--root", "/s"], ["status", "--root", "/s"]),  # after wins
+        (["--root", "/r", "submit", "--", "-x"], ["submit", "--root", "/r", "--", "-x"]),
+        (["status", "--root", "/r"], ["status", "--root", "/r"]),
+        (["--root"], ["--root"]),
+    ],
+)
+def test_root_options_before_the_command_move_after_it(argv: list[str], read_as: list[str]) -> None:
+    assert cli_main.hoist_root_options(argv) == read_as
+
+
+def test_hopper_root_before_the_command_works(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "r"
+    (root / "inbox" / "team").mkdir(parents=True)
+    (root / "inbox" / "team" / "a.prompt.md").write_text("echo hi\n")
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    assert cli_main.main(["--root", str(root), "--config", str(config), "status"]) == 0
+    assert f"1 prompt waits unclaimed in {root / 'inbox'}: team/a" in capsys.readouterr().out
+    assert cli_main.main([f"--config={config}", "--root", str(root), "pause", "--json"]) == 0
+    assert (root / "PAUSE").exists()

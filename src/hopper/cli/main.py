@@ -81,6 +81,32 @@ def chosen_command(argv: Sequence[str]) -> str | None:
     return None
 
 
+ROOT_OPTIONS = ("--root", "--config")  # every command's (cli/common.py add_root_args)
+
+
+def hoist_root_options(argv: Sequence[str]) -> list[str]:
+    """``hopper --root R status`` read as ``hopper status --root R``: ``--root`` and
+    ``--config`` given before the command word move to the end (before a ``--``), where
+    the command's own parser (the innermost, for ``inbox init``) takes them. Given
+    after the command as well, that one wins, as the later of a repeated option."""
+    moved: list[tuple[str, list[str]]] = []  # (option, its words)
+    i = 0
+    while i < len(argv):
+        name = argv[i].split("=", 1)[0]
+        if name not in ROOT_OPTIONS:
+            break
+        width = 1 if "=" in argv[i] else 2
+        if i + width > len(argv):
+            break  # `hopper --root`: argparse says what is missing
+        moved.append((name, list(argv[i : i + width])))
+        i += width
+    rest = list(argv[i:])
+    end = rest.index("--") if "--" in rest else len(rest)
+    given = {word.split("=", 1)[0] for word in rest[:end]}
+    hoisted = [word for name, words in moved if name not in given for word in words]
+    return rest[:end] + hoisted + rest[end:]
+
+
 def unknown_command(argv: Sequence[str]) -> str:
     """The error for a command word that names no command, with the closest one
     (``hopper stauts``: did you mean 'status'?); ``""`` if the word is a command."""
@@ -98,7 +124,12 @@ def unknown_command(argv: Sequence[str]) -> str:
 def build_parser(full: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser; the commands named in ``full`` get their own arguments (their module
     is imported), every other command only its name and help."""
-    parser = _Parser(prog="hopper", description="A job service with a filesystem API.")
+    parser = _Parser(
+        prog="hopper",
+        description="A job service with a filesystem API.",
+        epilog="Every command takes --root ROOT and --config FILE, after the command or "
+        "before it (hopper --root ROOT status). hopper COMMAND --help: its options.",
+    )
     parser.add_argument("--version", action="version", version=f"hopper {__version__}")
     # for `hopper completion`: the parser with every command's arguments, built when asked
     parser.set_defaults(full_parser=lambda: build_parser(tuple(COMMANDS)))
@@ -120,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hopper.cli.completion import complete_jobs
 
         return complete_jobs(words[1:])
+    words = hoist_root_options(words)
     command = chosen_command(words)
     if command is None and (unknown := unknown_command(words)):
         from hopper.cli.common import EXIT_USAGE, fail
