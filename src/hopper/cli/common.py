@@ -40,6 +40,18 @@ def add_root_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_json_arg(parser: argparse.ArgumentParser, shape: str) -> None:
+    """``--json``: the command's answer as one JSON object on stdout (``shape`` says
+    its keys); errors stay on stderr with the same exit codes."""
+    parser.add_argument("--json", action="store_true", help=f"print {shape} as JSON")
+
+
+def print_json(answer: object) -> None:
+    import json
+
+    print(json.dumps(answer, indent=2))
+
+
 def context(args: argparse.Namespace) -> tuple[Layout, Config]:
     from hopper.config import load_config
 

@@ -2,6 +2,8 @@
 
 ``<root>/PAUSE`` holds every queued job; ``<root>/inbox/GROUP/PAUSE`` the
 jobs of one group. Running jobs finish (a drain); prompts are still claimed.
+``--json``: ``{"paused", "group", "marker", "changed"}`` — the state now, the group
+(null: all), the marker's path, and whether this command changed anything.
 """
 
 from __future__ import annotations
@@ -9,7 +11,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from hopper.cli.common import EXIT_FAILED, EXIT_USAGE, add_root_args, context, warn
+from hopper.cli.common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    add_json_arg,
+    add_root_args,
+    context,
+    print_json,
+    warn,
+)
 from hopper.core.terminal import terminal_safe
 from hopper.store.layout import NotARealFolder
 from hopper.store.markers import BadGroup, pause_path, set_pause
@@ -23,6 +33,7 @@ def register(sub: Any) -> None:
         p = sub.add_parser(name, help=text)
         add_root_args(p)
         p.add_argument("group", nargs="?", help="inbox sub-folder / group (default: everything)")
+        add_json_arg(p, '{"paused", "group", "marker", "changed"}')
         p.set_defaults(handler=handle, pause=name == "pause")
 
 
@@ -44,7 +55,16 @@ def handle(args: argparse.Namespace) -> int:
         )
         return EXIT_FAILED
     what = f"group {args.group}" if args.group else "all groups"
-    if args.pause:
+    if args.json:
+        print_json(
+            {
+                "paused": args.pause,
+                "group": args.group,
+                "marker": str(marker),
+                "changed": existed != args.pause,
+            }
+        )
+    elif args.pause:
         print(terminal_safe(f"paused {what}: {marker}"))
     else:
         print(

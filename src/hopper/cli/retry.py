@@ -1,7 +1,9 @@
 """``hopper retry ID|NAME``: run a finished job's prompt again, as a new job.
 
 The new job's record carries ``retry_of`` (the old id); the old run is left
-as it was. Prints the new prompt's inbox path.
+as it was. Prints the new prompt's inbox path; ``--json``: ``{"retry_of", "name",
+"path", "inbox_path"}`` (the old job's id and name, the new prompt's path, absolute
+and under the root).
 ``--env NAME`` gives back a front matter env value hopper withheld when the
 job ended, from the caller's environment (never on the command line).
 """
@@ -12,7 +14,16 @@ import argparse
 import os
 from typing import Any
 
-from hopper.cli.common import EXIT_OK, EXIT_USAGE, add_root_args, context, fail
+from hopper.cli.common import (
+    EXIT_OK,
+    EXIT_USAGE,
+    add_json_arg,
+    add_root_args,
+    context,
+    fail,
+    find_job,
+    print_json,
+)
 from hopper.core.terminal import terminal_safe
 from hopper.store.resubmit import resubmit
 
@@ -29,6 +40,7 @@ def register(sub: Any) -> None:
         help="give the front matter env NAME again, its value taken from this environment "
         "(hopper withholds a job's env values when it ends); repeatable",
     )
+    add_json_arg(p, '{"retry_of", "name", "path", "inbox_path"}')
     p.set_defaults(handler=handle)
 
 
@@ -42,5 +54,17 @@ def handle(args: argparse.Namespace) -> int:
             EXIT_USAGE,
         )
     env = {name: os.environ[name] for name in args.env}
-    print(terminal_safe(str(resubmit(layout, args.id, max_bytes=config.max_prompt_bytes, env=env))))
+    record = find_job(layout, args.id)
+    path = resubmit(layout, record.id, max_bytes=config.max_prompt_bytes, env=env)
+    if args.json:
+        print_json(
+            {
+                "retry_of": record.id,
+                "name": record.name,
+                "path": str(path),
+                "inbox_path": path.relative_to(layout.root).as_posix(),
+            }
+        )
+    else:
+        print(terminal_safe(str(path)))
     return EXIT_OK
