@@ -145,7 +145,7 @@ def test_watch_abort_asks_first_and_typed_ahead_keys_do_not_answer(
 def test_watch_ctrl_c_restores_terminal(layout: Layout, config_file: Path, tmux: Tmux) -> None:
     start_watch(tmux, layout, config_file)
     wait_for(lambda: "no running jobs" in tmux.screen(), what="the view")
-    assert "watcher unknown" in tmux.screen()
+    assert "watcher NONE" in tmux.screen()  # no heartbeat file: no watcher serves the root
     tmux("send-keys", "-t", "w", "C-c")
     wait_for(lambda: "MODES-END" in tmux.screen(), what="watch to end on Ctrl+C")
     after = tmux.screen().split("EXIT=", 1)[1].split()

@@ -205,3 +205,21 @@ def test_watchers_prune_removes_dead_files_whose_jobs_are_not_theirs(
     lines = hopper("watchers", "--prune").stdout.splitlines()
     assert lines[0] == "removed late--14.json: late pid 14, dead"
     assert lines[1].split()[:3] == ["HOST", "PID", "STATE"]
+
+
+def test_hopper_watch_says_whether_a_watcher_serves_the_root(layout: Layout) -> None:
+    """Its status bar reads the heartbeat files, not the jobs: with nothing running a
+    live watcher is still ``alive``, and one that died is ``NONE``."""
+    from hopper.cli.watch import watcher_health
+    from hopper.cli.watcherlist import watcher_rows
+
+    def health() -> str:
+        return watcher_health(watcher_rows(layout, time.time(), 60), 30)
+
+    assert health() == "NONE"  # no file
+    plant_beat(layout, "gone", 11, age=600)
+    assert health() == "NONE"  # only a dead one
+    plant_beat(layout, "slow", 12, age=45)
+    assert health() == "LATE (45s ago)"
+    plant_beat(layout, "h2", 13, age=2)
+    assert health() == "alive"

@@ -1,7 +1,8 @@
 """``hopper watch``: a live terminal view over the same files.
 
-A status bar pinned at the top (counts by state, whether the watcher looks
-alive, the oldest heartbeat of a running job), the running jobs with the
+A status bar pinned at the top (counts by state, whether a watcher serves
+this root — from its heartbeat file, as ``hopper watchers`` and ``hopper
+doctor`` judge it — the oldest heartbeat of a running job), the running jobs with the
 selected one marked, and below them the live tail of the selected job's
 job.log. Keys: j/k or the arrows switch job, ``a`` aborts the selected job
 (after ``abort NAME (ID)? y/N``: only ``y`` aborts, and only a key pressed after
@@ -21,8 +22,10 @@ from typing import Any
 
 from hopper.cli.activity import agent_activity
 from hopper.cli.common import add_root_args, context
+from hopper.cli.doctor.watcher import MIN_STALE_SECONDS, STALE_HEARTBEATS
+from hopper.cli.watcherlist import watcher_rows
 from hopper.core.durations import format_duration
-from hopper.core.overview import Liveness, Overview, overview
+from hopper.core.overview import Overview, overview
 from hopper.core.states import JobState
 from hopper.core.summary import JobSummary
 from hopper.core.terminal import terminal_safe
@@ -42,12 +45,20 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=handle)
 
 
-def status_bar(ov: Overview, copy_mode: bool) -> str:
+def watcher_health(rows: list[dict[str, Any]], stale_after: float) -> str:
+    """The status bar's word for the root's watchers (``watcher_rows``): ``alive`` when
+    one beat within ``stale_after``, ``LATE (…)`` when the freshest alive one is older,
+    ``NONE`` when no file is alive (nothing is claimed or started)."""
+    ages = [float(r["age_seconds"]) for r in rows if r.get("state") == "alive"]
+    if not ages:
+        return "NONE"
+    if min(ages) <= stale_after:
+        return "alive"
+    return f"LATE ({format_duration(min(ages))} ago)"
+
+
+def status_bar(ov: Overview, copy_mode: bool, watcher: str) -> str:
     counts = " ".join(f"{s.value} {ov.counts[s]}" for s in JobState)
-    age = ov.freshest_heartbeat_age
-    watcher = ov.watcher.value + (
-        f" ({format_duration(age)} ago)" if age is not None and ov.watcher is Liveness.STALE else ""
-    )
     oldest = (
         format_duration(ov.oldest_heartbeat_age) if ov.oldest_heartbeat_age is not None else "-"
     )
@@ -57,10 +68,14 @@ def status_bar(ov: Overview, copy_mode: bool) -> str:
 
 
 class View:
-    def __init__(self, layout: Layout, index: JobIndex, stale_after: float) -> None:
+    def __init__(
+        self, layout: Layout, index: JobIndex, stale_after: float, dead_after: float
+    ) -> None:
         self.layout = layout
         self.index = index
         self.stale_after = stale_after
+        self.dead_after = dead_after
+        self.watcher = "?"
         self.jobs: list[JobSummary] = []
         self.running: list[JobSummary] = []
         self.selected: str | None = None
@@ -74,6 +89,8 @@ class View:
         self.index.refresh()
         self.jobs = self.index.jobs()
         self.running = [j for j in self.jobs if j.state is JobState.RUNNING]
+        rows = watcher_rows(self.layout, time.time(), self.dead_after)
+        self.watcher = watcher_health(rows, self.stale_after)
         ids = [j.id for j in self.running]
         if self.selected not in ids:
             self.selected = ids[0] if ids else None
@@ -136,7 +153,8 @@ class View:
         height, width = scr.getmaxyx()
         scr.erase()
         ov = overview(self.jobs, time.time(), self.stale_after)
-        put(scr, 0, status_bar(ov, self.copy_mode).ljust(width), width, curses.A_REVERSE)
+        bar = status_bar(ov, self.copy_mode, self.watcher)
+        put(scr, 0, bar.ljust(width), width, curses.A_REVERSE)
         if self.running:
             tabs = "  ".join(
                 (f"[{terminal_safe(j.name)}]" if j.id == self.selected else terminal_safe(j.name))
@@ -191,7 +209,8 @@ def put(scr: Any, y: int, text: str, width: int, attr: int) -> None:
 def handle(args: argparse.Namespace) -> int:
     layout, config = context(args)
     with JobIndex.open(layout) as index:
-        view = View(layout, index, stale_after=3 * config.heartbeat_interval)
+        stale_after = max(STALE_HEARTBEATS * config.heartbeat_interval, MIN_STALE_SECONDS)
+        view = View(layout, index, stale_after=stale_after, dead_after=config.host_dead_after)
         try:
             curses.wrapper(view.run)
         except KeyboardInterrupt:

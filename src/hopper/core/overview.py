@@ -1,10 +1,11 @@
-"""The status bar of ``hopper watch``: counts by state, watcher liveness, heartbeat ages.
+"""Counts by state, watcher liveness judged from job heartbeats, heartbeat ages.
 
-Pure. There is no watcher heartbeat file; a watcher proves it is alive by
-refreshing ``heartbeat_at`` of the jobs it runs. So liveness is derived from
-the freshest heartbeat among running jobs: fresh within ``stale_after``
-seconds is ``alive``, older is ``stale``, and with nothing running it is
-``unknown``.
+Pure. Judged from the jobs alone: a watcher refreshes ``heartbeat_at`` of
+the jobs it runs, so the freshest heartbeat among running jobs within
+``stale_after`` seconds is ``alive``, older is ``stale``, and with nothing
+running it is ``unknown``. Whether a watcher serves the root at all is told
+by its own heartbeat file (cli/watcherlist.py: ``hopper watchers``,
+``hopper doctor``, ``hopper status``'s footer and ``hopper watch``).
 """
 
 from __future__ import annotations
