@@ -4,8 +4,12 @@ the reason in job.json, and a new day releasing the hold (in-process, fake clock
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from hopper.core import lifecycle
 from hopper.core.lifecycle import Ended, Exited
@@ -17,6 +21,7 @@ from hopper.store.layout import Layout
 from hopper.store.spend import SpendLedger
 from hopper.watcher import Watcher
 from inprocess import FakeClock, FakeExecutor, exit_status, in_process, submit
+from test_webhook import Receiver, verify
 
 BUDGETS = {
     "max_parallel": 4,
@@ -197,3 +202,62 @@ def test_on_budget_finish_lets_running_jobs_finish(layout: Layout) -> None:
     turns(w, clock, 2)
     assert fake.cancelled == []
     assert read_record(layout.run_dir(fake.started[1])).state is JobState.RUNNING
+
+
+@pytest.fixture
+def sink() -> Iterator[Receiver]:
+    rec = Receiver()
+    rec.start()
+    yield rec
+    rec.stop()
+
+
+def test_a_budget_reached_fires_its_hook_and_webhook_once_across_watchers(
+    layout: Layout, tmp_path: Path, sink: Receiver
+) -> None:
+    receiver = sink
+    out = tmp_path / "told.txt"
+    hook = [
+        sys.executable,
+        "-c",
+        HOOK,
+        str(out),
+        "${budget.scope}",
+        "${budget.reason}",
+        "${job.name}",
+    ]
+    hooks = {"on_budget": hook, "webhook": receiver.url, "webhook_secret": "s3"}
+    clock = FakeClock()
+    at_noon_berlin(clock)
+    w, fake, clock = in_process(layout, clock, **BUDGETS, hooks=hooks)
+    other, _, _ = in_process(layout, clock, **BUDGETS, hooks=hooks)  # a second watcher
+    for name in ("a", "b"):
+        submit(layout, clock, name, agent_prompt(name), "app")
+    run_until_started(w, fake, 1)
+    end_with_usage(layout, fake, clock, fake.started[0], 1.5)
+    turns(w, clock, 3)
+    for _ in range(3):
+        clock.advance(1.0)
+        other.turn()
+    w.hooks.close()
+    other.hooks.close()
+    lines = out.read_text().splitlines()
+    assert lines == [
+        "group:app|waiting: group app spent $1.50 of $1.00 today; resets 00:00 Europe/Berlin; "
+        "raise [budgets.groups.app] daily_usd|a"
+    ]
+    budget_posts = [g for g in receiver.got if json.loads(g.body)["event"] == "budget_reached"]
+    (posted,) = budget_posts
+    sent = json.loads(posted.body)
+    assert (sent["event"], sent["budget"]["scope"], sent["job"]["id"]) == (
+        "budget_reached",
+        "group:app",
+        fake.started[0],
+    )
+    assert verify("s3", posted.headers, posted.body)
+    told = [e["event"] for e in read_events(layout.run_dir(fake.started[0]))]
+    assert told.count("budget_reached") == 1
+    assert "webhook_delivered" in told and "hook_ok" in told
+
+
+HOOK = "import sys; open(sys.argv[1], 'a').write('|'.join(sys.argv[2:]) + '\\n')"

@@ -97,6 +97,7 @@ def test_spend_is_summed_per_scope_for_this_period_only() -> None:
     every, app, codex, session = assess(rules, spends, now, BERLIN)
     assert (every.spent, every.jobs, every.uncounted) == (5.02, 3, 1)  # d's cost unknown
     assert (app.spent, app.jobs, app.reached) == (5.02, 2, True)
+    assert (app.crossed_by, every.crossed_by, codex.crossed_by) == ("b", None, "d")
     assert (codex.spent, codex.reached, codex.remaining) == (2500.0, True, 0.0)
     assert (session.spent, session.jobs, session.reached) == (1.0, 1, False)
     assert session.remaining == 2.0

@@ -11,7 +11,8 @@ nothing is read at all.
 A budget that is reached is announced once per period, whichever watcher
 sees it first: the one that creates its marker
 (``.hopper/spend/reached/<period start>.<scope>.<period>.<unit>``, made
-exclusively) logs it and fires the ``budget_reached`` hooks.
+exclusively) logs it and fires the hooks (budgetnews.py: ``[hooks] on_budget``,
+the webhook's ``budget_reached`` event).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class BudgetWatch:
     _holds: Holds = field(init=False, default_factory=Holds)
     _next: float = field(init=False, default=0.0)
     _announced: set[str] = field(init=False, default_factory=set)
+    news: list[Budget] = field(init=False, default_factory=list)  # reached, told by no one yet
 
     def __post_init__(self) -> None:
         self.rules = self.budgets.all_rules()
@@ -124,3 +126,4 @@ class BudgetWatch:
             return
         if first:
             log.warning("budget reached: %s", reason(budget, self.zone).removeprefix("waiting: "))
+            self.news.append(budget)

@@ -252,8 +252,16 @@ class Hooks(BaseModel):
     on_success: list[str] | None = None
     on_failure: list[str] | None = None
     on_finish: list[str] | None = None
+    on_budget: list[str] | None = Field(
+        None,
+        description="run once when a budget is reached (per scope and period, across "
+        "watchers); ${budget.scope}, ${budget.reason} … (docs/budgets.md)",
+    )
     webhook: str | None = Field(
-        None, pattern=r"^https?://", description="POSTed the job's record, outcome, log and result"
+        None,
+        pattern=r"^https?://",
+        description="POSTed the job's record, outcome, log and result; and "
+        '"event": "budget_reached" once per budget reached',
     )
     webhook_secret: SecretStr | None = Field(
         None, description="signs each POST (X-Hopper-Signature); never logged"

@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from hopper import claims
+from hopper.budgetnews import announce
 from hopper.budgetwatch import BudgetWatch
 from hopper.clock import Clock
 from hopper.config import Config
@@ -166,10 +167,28 @@ class Starts:
         if first and first[0].id not in self.paused and first[0].id not in self.held:
             self.runner.start_ahead(first[0])
 
-    def stop_over_budget(self) -> None:
-        """``on_budget = "stop"``: stop this watcher's running agent jobs of a scope whose
-        budget is reached (reason ``budget_exceeded``; a ``budget_stop`` event says which)."""
-        if self.budgets.budgets.on_budget != "stop" or not self.budgets.rules:
+    def _tell_budgets(self) -> None:
+        """A budget this watcher saw reached first: its event and hooks (budgetnews.py)."""
+        hooks = self.runner.endings.hooks
+        while self.budgets.news:
+            budget = self.budgets.news.pop()
+            self.guard.step(
+                f"budget-news:{budget.rule.scope}",
+                lambda b=budget: announce(  # type: ignore[misc]
+                    self.layout, b, self.budgets.zone, self.config.hooks, hooks, self.clock.now()
+                ),
+            )
+
+    def budget_turn(self) -> None:
+        """Each turn, with budgets set: a budget newly reached is told (once, across the
+        watchers), and with ``on_budget = "stop"`` this watcher's running agent jobs of a
+        scope whose budget is reached are stopped (reason ``budget_exceeded``; a
+        ``budget_stop`` event says which)."""
+        if not self.budgets.rules:
+            return
+        self.budgets.holds()  # looks at the ledger at most every CHECK_INTERVAL
+        self._tell_budgets()
+        if self.budgets.budgets.on_budget != "stop":
             return
         jobs = {j.record.id: j for j in self.runner.running_jobs() if not j.stop_sent}
         for record, why in self.budgets.over([j.record for j in jobs.values()]):

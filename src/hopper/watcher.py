@@ -271,7 +271,7 @@ class Watcher:
             self._guarded("start", self.starts.start_queued)
         self._guarded("starts", self.runner.settle_starts)
         if not self.flags.stop:
-            self._guarded("budget stops", self.starts.stop_over_budget)  # on_budget = "stop"
+            self._guarded("budgets", self.starts.budget_turn)  # news, on_budget = "stop"
         if not self.flags.stop and self.degraded is None:
             # Every slot busy: the next job's supervisor is forked while they run.
             self._guarded("start ahead", self.starts.start_ahead)

@@ -101,6 +101,7 @@ class Budget:
     spent: float  # dollars or tokens
     jobs: int  # jobs of the scope that finished this period
     uncounted: int  # dollar rules: jobs of the scope whose cost is not known
+    crossed_by: str | None = None  # the job whose spend reached the limit (None: not reached)
 
     @property
     def reached(self) -> bool:
@@ -199,11 +200,12 @@ def assess(
     rules: Sequence[Rule], spends: Iterable[JobSpend], now: datetime, zone: tzinfo
 ) -> list[Budget]:
     """Each rule's spend this period (finished_at in [period start, now]), in rule order."""
-    items = list(spends)
+    items = sorted(spends, key=lambda s: (s.finished_at, s.job_id))  # in the order spent
     out: list[Budget] = []
     for rule in rules:
         since = period_start(rule.period, now, zone)
         spent, jobs, uncounted = 0.0, 0, 0
+        crossed_by: str | None = None
         for s in items:
             if not since <= s.finished_at <= now or not rule.covers(s.agent, s.group, s.session):
                 continue
@@ -211,9 +213,12 @@ def assess(
             value = job_spend(rule, s)
             if value is None:
                 uncounted += 1
-            else:
-                spent += value
-        out.append(Budget(rule, since, period_end(rule.period, now, zone), spent, jobs, uncounted))
+                continue
+            spent += value
+            if crossed_by is None and spent >= rule.limit:
+                crossed_by = s.job_id
+        end = period_end(rule.period, now, zone)
+        out.append(Budget(rule, since, end, spent, jobs, uncounted, crossed_by))
     return out
 
 
