@@ -60,6 +60,12 @@ Inspection:
   not the prompt; tool results (Claude) and function_call_output items (Codex)
   are skipped.
 * ``srv.wait_for_requests(n, timeout)`` — block until ``n`` model requests arrived.
+
+Side requests: Claude Code 2.1.197 in interactive mode asks the model for a session
+title (a request with no tools whose ``output_config.format`` is a JSON schema
+requiring ``title``) at the same moment as the turn's own request. It is answered
+``{"title": "Scripted session"}`` without taking a scripted turn, so its ``turn``
+is None and ``model_requests()`` leaves it out (``srv.requests`` keeps it).
 """
 
 from __future__ import annotations
@@ -215,6 +221,19 @@ def _responses_shell_call(tools: Any, command: str) -> dict[str, Any]:
         "call_id": "call_shell_1",
         "status": "completed",
     }
+
+
+TITLE_REPLY = '{"title": "Scripted session"}'
+
+
+def _is_title_request(body: Any) -> bool:
+    """Claude Code's session-title request (a side request, not the conversation's)."""
+    if not isinstance(body, dict) or body.get("tools"):
+        return False
+    fmt = (body.get("output_config") or {}).get("format") or {}
+    schema = fmt.get("schema") if isinstance(fmt, dict) else None
+    required = schema.get("required") if isinstance(schema, dict) else None
+    return fmt.get("type") == "json_schema" and required == ["title"]
 
 
 def _chunks(s: str, n: int = 3) -> list[str]:
@@ -419,6 +438,10 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._record(body, False)
             self._send_json(404, {"error": {"type": "not_found_error", "message": path}})
+            return
+        if api == "anthropic" and _is_title_request(body):
+            self._record(body, False)
+            self._anthropic(body, text(TITLE_REPLY))
             return
         turn = self._record(body, True)
         assert turn is not None

@@ -1,13 +1,34 @@
-"""Jobs of one session run one at a time, in claim order. Pure.
+"""Sessions: which jobs may start, and how a live session's turn goes. Pure.
 
 A session is one agent conversation; two of its jobs running at once would
 resume the same conversation twice. The scheduler (core/schedule.py) asks
 :func:`session_free` before starting a queued job.
+
+A live (interactive) session is one CLI process in a terminal, and each
+message is a turn. Whether a turn has ended, what state the agent is in, and
+what a turn cost are judged here from values the session host gathers: how
+many Stop-hook markers appeared, the session log's entries (Claude Code's
+JSONL log, the one interactive agent so far: ``type`` user / assistant /
+system, ``message.content`` blocks, ``message.usage``, ``message.id``), when
+the log last grew, and ``now`` (seconds on the host's monotonic clock).
+
+Theory of a turn's end, most trusted first: the CLI's Stop hook wrote a new
+marker (``stop_hook``); else the log says the agent waits (its last assistant
+entry asks for no tool, or the turn was interrupted, or an API error ended it)
+and nothing new arrived for ``settle`` seconds (``session_log``: one message's
+blocks arrive as several entries, so a text entry may be followed by its
+tool call a moment later); else the job's deadline passed (``timeout``).
+
+Standard library only: the session host imports it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+# -- which jobs may start ---------------------------------------------------------------
 
 
 def busy_sessions(running: Iterable[str | None], earlier_queued: Iterable[str | None]) -> set[str]:
@@ -18,3 +39,194 @@ def busy_sessions(running: Iterable[str | None], earlier_queued: Iterable[str | 
 def session_free(session: str | None, busy: set[str]) -> bool:
     """May a queued job of ``session`` start now? Jobs without a session always may."""
     return session is None or session not in busy
+
+
+# -- a live session's turns -------------------------------------------------------------
+
+LogState = Literal["working", "waiting_for_input", "api_error", "idle"]
+TurnEndHow = Literal["stop_hook", "session_log", "timeout"]
+
+# Seconds the log must stay unchanged before "the agent waits" is believed.
+DEFAULT_SETTLE = 3.0
+INTERRUPTED = "[Request interrupted by user"
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    """How a turn ended (recorded with the message's job) and the agent's state then."""
+
+    how: TurnEndHow
+    state: LogState
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Token and cost figures; field for field hopper.core.record.Usage (stdlib here)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None  # Claude's session log has no cost: None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "cost_usd": self.cost_usd,
+        }
+
+
+@dataclass(frozen=True)
+class UsageTally:
+    """A session's cumulative usage from its log, and the last message counted
+    (the entries of one message repeat its usage: it is counted once)."""
+
+    usage: Usage = Usage()
+    last_message_id: str | None = None
+
+
+def turn_verdict(
+    *,
+    markers: int,
+    entries: Sequence[Mapping[str, Any]],
+    now: float,
+    last_change: float,
+    deadline: float | None,
+    settle: float = DEFAULT_SETTLE,
+) -> TurnEnd | None:
+    """Has the turn ended, and how? None: not yet.
+
+    ``markers``: Stop-hook markers that appeared since the message was typed;
+    ``entries``: the log's entries since then; ``last_change``: when the log
+    last grew (or the message was typed); ``deadline``: the job's timeout, as
+    a time on the same clock (None: no timeout).
+    """
+    state = agent_state(entries, now, last_change, settle)
+    if markers > 0:
+        return TurnEnd("stop_hook", state)
+    if state in ("waiting_for_input", "api_error"):
+        return TurnEnd("session_log", state)
+    if deadline is not None and now >= deadline:
+        return TurnEnd("timeout", state)
+    return None
+
+
+def agent_state(
+    entries: Sequence[Mapping[str, Any]],
+    now: float,
+    last_change: float,
+    settle: float = DEFAULT_SETTLE,
+) -> LogState:
+    """The agent's state from its session log, as oddjobs reads it.
+
+    No conversation yet: ``idle``. The last conversation entry decides: an
+    assistant entry with an API error is ``api_error``; one with a ``tool_use``
+    block (or only thinking) is ``working``; one with neither is
+    ``waiting_for_input`` once the log has been still for ``settle`` seconds
+    (``working`` until then); a user entry (a prompt, a tool result) is
+    ``working``, except "[Request interrupted by user]", which waits too.
+    """
+    last = last_conversation_entry(entries)
+    if last is None:
+        return "idle"
+    settled = now - last_change >= settle
+    if last.get("type") == "user":
+        return "waiting_for_input" if _interrupted(last) and settled else "working"
+    if last.get("isApiErrorMessage") is True or last.get("error"):
+        return "api_error"
+    kinds = {b.get("type") for b in _blocks(last)}
+    if "tool_use" in kinds or (kinds and kinds <= {"thinking", "redacted_thinking"}):
+        return "working"
+    return "waiting_for_input" if settled else "working"
+
+
+def last_conversation_entry(entries: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The last user or assistant entry (bookkeeping, system and meta lines skipped)."""
+    for entry in reversed(entries):
+        if entry.get("type") in ("user", "assistant") and not entry.get("isMeta"):
+            found: Mapping[str, Any] = entry
+            return found
+    return None
+
+
+def turn_result(entries: Sequence[Mapping[str, Any]]) -> str | None:
+    """The text of the turn's last assistant message that has text (its answer)."""
+    for entry in reversed(entries):
+        if entry.get("type") != "assistant":
+            continue
+        texts = [
+            str(b["text"]) for b in _blocks(entry) if b.get("type") == "text" and b.get("text")
+        ]
+        if texts:
+            return "\n".join(texts)
+    return None
+
+
+def log_session_id(entries: Sequence[Mapping[str, Any]]) -> str | None:
+    """The conversation id the entries carry (``sessionId``), the last one seen."""
+    for entry in reversed(entries):
+        sid = entry.get("sessionId")
+        if isinstance(sid, str) and sid:
+            return sid
+    return None
+
+
+def tally_usage(tally: UsageTally, entries: Iterable[Mapping[str, Any]]) -> UsageTally:
+    """``tally`` plus the usage of the assistant messages in ``entries`` (each once)."""
+    usage, last_id = tally.usage, tally.last_message_id
+    for entry in entries:
+        if entry.get("type") != "assistant":
+            continue
+        message = entry.get("message")
+        if not isinstance(message, Mapping):
+            continue
+        mid = message.get("id")
+        if isinstance(mid, str) and mid == last_id:
+            continue
+        last_id = mid if isinstance(mid, str) else None
+        figures = message.get("usage")
+        if isinstance(figures, Mapping):
+            usage = Usage(
+                usage.input_tokens + _count(figures, "input_tokens"),
+                usage.output_tokens + _count(figures, "output_tokens"),
+                usage.cache_read_tokens + _count(figures, "cache_read_input_tokens"),
+                usage.cache_write_tokens + _count(figures, "cache_creation_input_tokens"),
+                usage.cost_usd,
+            )
+    return UsageTally(usage, last_id)
+
+
+def turn_usage(before: Usage, after: Usage) -> Usage:
+    """A turn's usage and cost: the session's cumulative figures after it, less before."""
+    cost = None
+    if after.cost_usd is not None:
+        cost = max(0.0, after.cost_usd - (before.cost_usd or 0.0))
+    return Usage(
+        max(0, after.input_tokens - before.input_tokens),
+        max(0, after.output_tokens - before.output_tokens),
+        max(0, after.cache_read_tokens - before.cache_read_tokens),
+        max(0, after.cache_write_tokens - before.cache_write_tokens),
+        cost,
+    )
+
+
+def _blocks(entry: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    message = entry.get("message")
+    content = message.get("content") if isinstance(message, Mapping) else None
+    return [b for b in content if isinstance(b, Mapping)] if isinstance(content, list) else []
+
+
+def _interrupted(entry: Mapping[str, Any]) -> bool:
+    message = entry.get("message")
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if isinstance(content, str):
+        return content.startswith(INTERRUPTED)
+    return any(str(b.get("text") or "").startswith(INTERRUPTED) for b in _blocks(entry))
+
+
+def _count(figures: Mapping[str, Any], key: str) -> int:
+    value = figures.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
