@@ -107,7 +107,7 @@ def test_a_reached_group_budget_holds_its_agent_jobs_until_the_next_day(layout: 
         "waiting: group app spent $1.02 of $1.00 today; resets 00:00 Europe/Berlin; "
         "raise [budgets.groups.app] daily_usd"
     )
-    assert [e["event"] for e in read_events(layout.run_dir(held.id))][-1] == "held"
+    assert [e["event"] for e in read_events(layout.run_dir(held.id))][-1] == "budget_held"
     assert w.starts.held == {held.id}  # like PAUSE: --until-idle does not wait for it
 
     clock.advance(11 * 3600)  # 23:00 in Berlin: still today
@@ -118,7 +118,9 @@ def test_a_reached_group_budget_holds_its_agent_jobs_until_the_next_day(layout: 
     released = read_record(layout.run_dir(held.id))
     assert released.state is JobState.RUNNING
     assert released.waiting is None
-    assert "held" in [e["event"] for e in read_events(layout.run_dir(held.id))]
+    told = [e["event"] for e in read_events(layout.run_dir(held.id))]
+    assert told.count("budget_held") == 1  # written once, not every turn
+    assert "budget_released" not in told  # it started: its running record clears it
 
 
 def test_the_job_that_crosses_the_budget_holds_the_next_one_at_once(layout: Layout) -> None:

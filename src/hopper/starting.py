@@ -201,7 +201,8 @@ class Starts:
         self, window: list[JobRecord], held: dict[str, str], starting: set[str], full: bool
     ) -> None:
         """Write why each queued job a budget holds waits into its job.json (``waiting``,
-        read by status, the index and the web), and clear it from those no longer held.
+        read by status, the index and the web; events budget_held / budget_released),
+        and clear it from those no longer held.
 
         Written only when it changes, and not fsynced: after a crash the next turn
         says it again. A job about to start has it cleared by its ``started`` record.

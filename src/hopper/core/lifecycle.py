@@ -242,9 +242,9 @@ class Held:
 def held(record: JobRecord, fact: Held) -> Step:
     _require(record, {JobState.QUEUED}, "holding a job")
     if fact.why is None:
-        event = Event("released", fact.at, {"was": record.waiting})
+        event = Event("budget_released", fact.at, {"was": record.waiting})
     else:
-        event = Event("held", fact.at, {"why": fact.why})
+        event = Event("budget_held", fact.at, {"why": fact.why})
     return Step(revise(record, waiting=fact.why), (event,))
 
 
