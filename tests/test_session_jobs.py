@@ -177,3 +177,26 @@ def test_a_queued_message_says_it_waits_for_the_sessions_turn(
     )
     (layout.run_dir(rec.id) / "ABORT").touch()
     assert ended(layout, "queued").state == "succeeded"
+
+
+def test_hopper_interrupt_by_job_name_ends_its_turn(
+    layout: Layout, watchers: Watchers, hosts: None, hopper
+) -> None:
+    watchers.start(env=HOST_ENV)
+    drop(layout, "long", message("slow", session="chat"))
+    rec = running(layout, "long")
+    poll_until(lambda: b"tick" in cast_of(layout.run_dir(rec.id)), WAIT, "ticks")
+    out = hopper("interrupt", "long")
+    assert out.returncode == 0 and f"interrupted job {rec.id}" in out.stdout, out.stderr
+    done = ended(layout, "long")
+    assert done.state == "aborted" and done.reason == "interrupted"
+
+
+def test_attach_to_a_job_that_is_not_interactive_says_so(
+    layout: Layout, watchers: Watchers, hopper
+) -> None:
+    watchers.start()
+    drop(layout, "plain", '+++\nagent = "bash"\n+++\necho hi\n')
+    rec = ended(layout, "plain")
+    out = hopper("attach", rec.id)
+    assert out.returncode == 1 and "has no live session" in out.stderr

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hopper.errors import HopperError
 from hopper.proc import proctree
 from hopper.proc.ladder import KillTree, Ladder
 from hopper.proc.reaper import Reaper
@@ -152,7 +153,7 @@ class Host:
             env = self.agent.env(spec.env)
             argv = self.agent.argv(spec.resume_id)
             self.pty = Pty.spawn(argv, env, spec.workdir, (spec.rows, spec.cols))
-        except (SpawnError, OSError, ValueError) as exc:
+        except (SpawnError, OSError, ValueError, HopperError) as exc:
             self.note(f"the agent cannot start: {exc}")
             self.save(
                 state=c.ENDED,
@@ -162,7 +163,10 @@ class Host:
             )
             return False
         self.reaper.pid = self.pty.pid
-        self.save(agent_pid=self.pty.pid)
+        sid = getattr(self.agent, "session_id", None)  # the conversation argv() names
+        if isinstance(sid, str) and sid:
+            self.log.session_id = sid
+        self.save(agent_pid=self.pty.pid, session_id=self.log.session_id)
         self.note(f"agent pid={self.pty.pid} argv0={argv[0]} resume={spec.resume_id}")
         return True
 
@@ -354,7 +358,7 @@ class Host:
     def _read_log(self) -> tuple[list[str], bool]:
         try:
             view = self.agent.read_log(self.log.session_id, self.log.offset)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, HopperError) as exc:
             self.note(f"cannot read the agent's session log: {exc}")
             return [], False
         return self.log.feed(view)
