@@ -51,7 +51,8 @@ def test_a_turn_writes_its_end_result_usage_cast_and_log(session: Session) -> No
     log = (run / "job.log").read_text()
     assert "answer: hello there" in log and "turn 1 ended: stop_hook" in log
     poll_until(lambda: (session.state() or _no).state == c.IDLE, WAIT, "idle again")
-    assert not list((session.dir / c.REQUESTS_DIR).iterdir())
+    # the request goes last, after turn.json
+    poll_until(lambda: not list((session.dir / c.REQUESTS_DIR).iterdir()), WAIT, "no request")
 
 
 def test_three_messages_dropped_at_once_run_in_order_in_one_agent(session: Session) -> None:
