@@ -62,7 +62,12 @@ def test_check_without_a_file_uses_defaults(capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("max_paralel = 2\n", r"unknown key 'max_paralel'.*known keys: .*max_parallel"),
+        (
+            "max_paralel = 2\n",
+            r"unknown key 'max_paralel'; did you mean 'max_parallel'\?.*known keys: .*max_parallel",
+        ),
+        ("[agents.claude]\nsandbx = 1\n", r"agents\.claude\.sandbx'; did you mean 'sandbox'\?"),
+        ("colour = 1\n", r"unknown key 'colour'\n"),  # nothing close: no guess
         ('max_parallel = "lots"\n', r"key 'max_parallel'"),
         ("max_parallel = 0\n", r"key 'max_parallel'.*greater than or equal to 1"),
         ('on_stop = "later"\n', r"key 'on_stop'.*'abort', 'wait' or 'detach'"),

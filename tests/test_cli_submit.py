@@ -41,7 +41,9 @@ def test_a_typod_key_is_refused_with_its_line_and_nothing_written(
     prompt = tmp_path / "deploy.prompt.md"
     prompt.write_text('+++\nagent = "bash"\ntimout = "5m"\n+++\necho hi\n')
     err = refused(hopper("submit", str(prompt)), layout)
-    assert f"{prompt}:3: unknown key 'timout' (known keys: agent, name" in err
+    assert (
+        f"{prompt}:3: unknown key 'timout'; did you mean 'timeout'? (known keys: agent, name" in err
+    )
 
 
 def test_an_unknown_agent_is_refused(layout: Layout, hopper) -> None:

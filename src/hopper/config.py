@@ -27,6 +27,7 @@ from hopper.budget_config import Budgets
 from hopper.configfile import CONFIG_LIMIT
 from hopper.configfile import config_path as config_path  # re-exported: its old home
 from hopper.core.durations import BadDuration, parse_duration, parse_positive_duration
+from hopper.core.prompt import did_you_mean
 from hopper.core.schedule import SlotLimits
 from hopper.core.sizes import BadSize, parse_limit, parse_size
 from hopper.core.slurm_resources import ResourceError, resource_args
@@ -419,9 +420,10 @@ def load_config(cli: str | None = None, env: Mapping[str, str] | None = None) ->
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
         if err["type"] == "extra_forbidden":
-            known = ", ".join(known_keys(err["loc"][:-1]))
+            keys = known_keys(err["loc"][:-1])
+            near = did_you_mean(str(err["loc"][-1]), keys)
             raise ConfigError(
-                f"unknown key {key!r}", path=path, hint=f"known keys: {known}"
+                f"unknown key {key!r}{near}", path=path, hint=f"known keys: {', '.join(keys)}"
             ) from None
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise ConfigError(f"key {key!r}: {msg}", path=path) from None

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
+from difflib import get_close_matches
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -343,6 +345,12 @@ def _nesting(value: object) -> int:
     return deepest
 
 
+def did_you_mean(word: str, known: Iterable[str]) -> str:
+    """``"; did you mean 'timeout'?"`` for the known word closest to a typo, else ``""``."""
+    close = get_close_matches(word, list(known), n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _validate(raw: dict[str, Any], fm_lines: list[str]) -> PromptOptions:
     try:
         return PromptOptions.model_validate(raw)
@@ -353,7 +361,9 @@ def _validate(raw: dict[str, Any], fm_lines: list[str]) -> PromptOptions:
         if err["type"] == "extra_forbidden":
             known = ", ".join(PromptOptions.model_fields)
             raise BadPrompt(
-                f"unknown key {key!r}", line=line, hint=f"known keys: {known}"
+                f"unknown key {key!r}{did_you_mean(key, PromptOptions.model_fields)}",
+                line=line,
+                hint=f"known keys: {known}",
             ) from None
         msg = str(err["msg"]).removeprefix("Value error, ")
         if key == "env" and len(err["loc"]) > 1:  # the variable's name, never its value
