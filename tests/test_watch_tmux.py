@@ -9,12 +9,17 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from conftest import bash, drop, wait_for
+from hopper.core.record import JobRecord, Usage
+from hopper.core.states import JobState, Reason
+from hopper.store.jobfile import write_record
 from hopper.store.layout import Layout
+from hopper.store.spend import file_spends
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
 
@@ -150,3 +155,27 @@ def test_watch_ctrl_c_restores_terminal(layout: Layout, config_file: Path, tmux:
     wait_for(lambda: "MODES-END" in tmux.screen(), what="watch to end on Ctrl+C")
     after = tmux.screen().split("EXIT=", 1)[1].split()
     assert after[0] == "0" and after[1:3] == ["icanon", "echo"]
+
+
+def test_watch_says_which_budget_holds_queued_jobs(
+    layout: Layout, config_file: Path, tmux: Tmux
+) -> None:
+    config_file.write_text(
+        config_file.read_text()
+        + '[budgets]\ntimezone = "UTC"\n[budgets.groups.app]\ndaily_usd = 1\n'
+    )
+    now = datetime.now(UTC)
+    for n, state in ((1, JobState.SUCCEEDED), (2, JobState.QUEUED)):
+        rec = JobRecord(
+            id=f"{now:%Y%m%d-%H%M%S}-00{n}-j{n}-0001", name=f"j{n}", state=state, agent="claude",
+            reason=Reason.COMPLETED if n == 1 else None, host="h", group="app",
+            inbox_path=f"inbox/app/j{n}.prompt.md", created_at=now,
+            finished_at=now if n == 1 else None, usage=Usage(cost_usd=2.5) if n == 1 else None,
+        )  # fmt: skip
+        layout.run_dir(rec.id).mkdir(parents=True)
+        write_record(layout.run_dir(rec.id), rec, durable=False)
+        file_spends(layout, [rec])
+    start_watch(tmux, layout, config_file)
+    wait_for(lambda: "1 held: group app spent $2.50 of $1.00 today" in tmux.screen(), what="hold")
+    tmux("send-keys", "-t", "w", "q")
+    wait_for(lambda: "MODES-END" in tmux.screen(), what="watch to quit")

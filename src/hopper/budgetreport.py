@@ -91,6 +91,14 @@ class BudgetReport:
                 out.append("budget reached: " + row.reason.removeprefix("waiting: "))
         return out
 
+    def short_lines(self) -> list[str]:
+        """For a narrow screen (``hopper watch``): the count first, then the reason."""
+        return [
+            f"{r.held} held: {r.reason.removeprefix('waiting: ')}"
+            for r in self.rows
+            if r.reached and r.reason
+        ]
+
 
 def budgets_from_config(cli_config: str | None, env: Mapping[str, str]) -> Budgets | None:
     """The config's ``[budgets]`` (None: no config or no budgets). Raises

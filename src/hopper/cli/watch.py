@@ -18,8 +18,11 @@ from __future__ import annotations
 import argparse
 import curses
 import time
+from datetime import UTC, datetime
 from typing import Any
 
+from hopper.budget_config import Budgets
+from hopper.budgetreport import queued_job_texts, report
 from hopper.cli.activity import agent_activity
 from hopper.cli.common import add_root_args, context
 from hopper.cli.doctor.watcher import MIN_STALE_SECONDS, STALE_HEARTBEATS
@@ -84,10 +87,16 @@ class View:
         self.confirm: JobSummary | None = None
         self.message = ""
         self.next_jobs = 0.0
+        self.budgets: Budgets | None = None  # [budgets], when the config sets some
+        self.held: list[str] = []  # a line per reached budget: why its agent jobs wait
 
     def load_jobs(self) -> None:
         self.index.refresh()
         self.jobs = self.index.jobs()
+        if self.budgets is not None:
+            found = report(self.layout, self.budgets, datetime.now(UTC))
+            queued = queued_job_texts(self.index) if any(r.reached for r in found.rows) else []
+            self.held = report(self.layout, self.budgets, datetime.now(UTC), queued).short_lines()
         self.running = [j for j in self.jobs if j.state is JobState.RUNNING]
         rows = watcher_rows(self.layout, time.time(), self.dead_after)
         self.watcher = watcher_health(rows, self.stale_after)
@@ -166,8 +175,11 @@ class View:
             put(scr, 1, f" running {where}: {tabs}{state}", width, curses.A_BOLD)
         else:
             put(scr, 1, " no running jobs", width, curses.A_BOLD)
-        for i, line in enumerate(self.output(height - 3)):
+        held = self.held[: max(0, height - 4)]
+        for i, line in enumerate(self.output(height - 3 - len(held))):
             put(scr, 2 + i, line, width, 0)
+        for i, line in enumerate(held):  # budgets reached: above the footer, in bold
+            put(scr, height - 1 - len(held) + i, f" {terminal_safe(line)}", width, curses.A_BOLD)
         if self.confirm is not None:
             footer = f" abort {terminal_safe(self.confirm.name)} ({self.confirm.id})? y/N"
             put(scr, height - 1, footer.ljust(width), width, curses.A_REVERSE)
@@ -211,6 +223,7 @@ def handle(args: argparse.Namespace) -> int:
     with JobIndex.open(layout) as index:
         stale_after = max(STALE_HEARTBEATS * config.heartbeat_interval, MIN_STALE_SECONDS)
         view = View(layout, index, stale_after=stale_after, dead_after=config.host_dead_after)
+        view.budgets = config.budgets if config.budgets.all_rules() else None
         try:
             curses.wrapper(view.run)
         except KeyboardInterrupt:
