@@ -8,8 +8,11 @@ stopped watcher's file, and a dead one whose jobs still name it, stay.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
+
+import pytest
 
 from hopper.core.hosts import Beat
 from hopper.core.watcherview import KEEP_DEAD, keep_after, stale
@@ -79,3 +82,21 @@ def test_prune_beats_keeps_the_callers_own_and_unreadable_files(layout: Layout) 
     removed = prune_beats(layout, now, 3600, keep_owner="me:1:1.0")
     assert [(p, b.host) for p, b in removed] == [(old, "old")]
     assert set(beat_files(layout)) == {own, torn}
+
+
+def test_a_host_is_judged_dead_before_its_file_is_pruned_and_only_once(
+    layout: Layout, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One long gap (a suspended laptop): the host is seen dead (the watcher reconciles at
+    once) in the same turn its file goes, and not again once the file is gone."""
+    watcher, _fake, clock = in_process(layout)
+    gone = plant(layout, "retired", 11, clock.time())
+    watcher.turn()
+    clock.advance(7200)
+    with caplog.at_level(logging.WARNING, logger="hopper.scaleout"):
+        watcher.turn()
+        assert not gone.exists()
+        clock.advance(120)
+        watcher.turn()
+    taken = [r.getMessage() for r in caplog.records if "taking over" in r.getMessage()]
+    assert taken == ["host(s) retired: no watcher heartbeat for 60s; taking over their jobs"]

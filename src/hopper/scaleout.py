@@ -95,13 +95,15 @@ class ScaleOut:
         self._next_beat = mono + self.config.heartbeat_interval
         self._write_beat(len(running), queued, jobs=running)
         self.wrote = True
-        if mono >= self._next_prune:
-            self._next_prune = mono + PRUNE_INTERVAL
-            self.prune_dead()
         self.beats = tuple(read_beats(self.layout, self.clock.time()))
         dead = self.view().dead_hosts(self.ident.host)
         newly = dead - self._dead
-        self._dead = dead
+        # known dead: those judged so now, and those whose files were pruned (no file,
+        # no news); a host that beats again has a file and leaves the set
+        self._dead = dead | (self._dead - {b.host for b in self.beats})
+        if mono >= self._next_prune:  # after judging: a host is seen dead before its file goes
+            self._next_prune = mono + PRUNE_INTERVAL
+            self.prune_dead()
         if newly:
             log.warning(
                 "host(s) %s: no watcher heartbeat for %gs; taking over their jobs",
