@@ -118,6 +118,8 @@ def test_defaults_of_a_prompt_without_front_matter() -> None:
         "output_max_bytes": 100 << 20,
         "executor": "local",
         "hooks": None,
+        "max_cost_usd": None,
+        "max_tokens": None,
     }
 
 

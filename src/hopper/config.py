@@ -87,6 +87,24 @@ def _size(value: object) -> object:
 Size = Annotated[int, BeforeValidator(_size), Field(ge=0)]
 
 
+# A spending limit in dollars (more than 0) and one in tokens (1 or more).
+Dollars = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+Tokens = Annotated[int, Field(ge=1)]
+PerMtok = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class PriceRow(BaseModel):
+    """``[prices."<model>"]``: dollars per million tokens, for agents that report only
+    tokens (Codex, custom agents). Cache reads and writes cost as much as input unless set."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_mtok: PerMtok
+    output_per_mtok: PerMtok
+    cache_read_per_mtok: PerMtok | None = None
+    cache_write_per_mtok: PerMtok | None = None
+
+
 class AgentConfig(BaseModel):
     """``[agents.NAME]``: how to run one agent (claude, codex, or one defined here)."""
 
@@ -115,6 +133,12 @@ class AgentConfig(BaseModel):
     )
     on_dead: Literal["fail", "resume"] = Field(
         "fail", description="the CLI died without a result: fail, or resume the session"
+    )
+    max_cost_usd: Dollars | None = Field(
+        None, description="its jobs stop at this spend (budget_exceeded); see docs/budgets.md"
+    )
+    max_tokens: Tokens | None = Field(
+        None, description="this agent's jobs stop at this many tokens (budget_exceeded)"
     )
     argv: list[str] | None = Field(None, description="custom agent: argv template")
     format: Literal["text", "claude-jsonl", "codex-jsonl"] = "text"
@@ -243,6 +267,8 @@ class Route(BaseModel):
     timeout: PositiveSeconds | None = None
     executor: Executor | None = None
     mode: Literal["headless", "interactive"] | None = None
+    max_cost_usd: Dollars | None = None
+    max_tokens: Tokens | None = None
 
 
 class Hooks(BaseModel):
@@ -351,6 +377,16 @@ class Config(BaseModel):
         300.0, description="on_stop = wait: how long before detaching from what still runs"
     )
     env: dict[str, str] = Field(default_factory=dict, description="added to every job's env")
+    max_cost_usd: Dollars | None = Field(
+        None, description="default per agent job: stop at this spend (budget_exceeded)"
+    )
+    max_tokens: Tokens | None = Field(
+        None, description="default per agent job: stop at this many tokens (budget_exceeded)"
+    )
+    prices: dict[str, PriceRow] = Field(
+        default_factory=dict,
+        description='[prices."<model>"]: dollars per million tokens; see docs/budgets.md',
+    )
     agents: dict[str, AgentConfig] = Field(
         default_factory=dict, description="per-agent settings; see docs/agents.md"
     )

@@ -58,6 +58,25 @@ class RouteDefaults(Protocol):
     def executor(self) -> Literal["local", "slurm", "container"] | None: ...
     @property
     def mode(self) -> Literal["headless", "interactive"] | None: ...
+    @property
+    def max_cost_usd(self) -> float | None: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+
+
+class AgentDefaults(Protocol):
+    """``[agents.NAME]``: what admission reads of an agent's table."""
+
+    @property
+    def max_cost_usd(self) -> float | None: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def argv(self) -> list[str] | None: ...
+    @property
+    def format(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -73,6 +92,8 @@ class _NoRoute:
     timeout: float | None = None
     executor: Literal["local", "slurm", "container"] | None = None
     mode: Literal["headless", "interactive"] | None = None
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
 
 
 NO_ROUTE = _NoRoute()
@@ -110,6 +131,14 @@ class AdmissionDefaults(Protocol):
     def slurm(self) -> SlurmDefaults: ...
     @property
     def container(self) -> ContainerDefaults: ...
+    @property
+    def max_cost_usd(self) -> float | None: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def agents(self) -> Mapping[str, AgentDefaults]: ...
+    @property
+    def prices(self) -> Mapping[str, object]: ...
 
 
 class StartSpec(BaseModel):
@@ -200,9 +229,49 @@ def admit(
         )
     try:
         runnable(spec, agent)
+        followable(settings, agent, config)
     except BadPrompt as exc:
         return Refusal(Reason.BAD_PROMPT, exc.describe(inbox_path), settings)
     return Admission(settings, StartSpec.of(job_id, spec))
+
+
+def followable(settings: Mapping[str, object], agent: str, config: AdmissionDefaults) -> None:
+    """Raise :class:`BadPrompt` for a spending limit hopper could not follow.
+
+    ``max_tokens`` needs an agent that reports usage (not a custom agent with
+    ``format = "text"``); ``max_cost_usd`` needs a cost: Claude reports its own,
+    any other agent's tokens need ``[agents.NAME] model`` and a ``[prices]`` row for it.
+    A limit that would be ignored is refused rather than left to surprise.
+    """
+    cost, tokens = settings.get("max_cost_usd"), settings.get("max_tokens")
+    if cost is None and tokens is None:
+        return
+    table = config.agents.get(agent)
+    custom = table is not None and table.argv is not None
+    fmt = table.format if custom and table is not None else agent
+    if fmt == "text":
+        key = "max_cost_usd" if cost is not None else "max_tokens"
+        raise BadPrompt(
+            f"{key} cannot be followed: agent {agent!r} prints text and reports no usage",
+            hint=f'give [agents.{agent}] format = "claude-jsonl" or "codex-jsonl", or drop {key}',
+        )
+    if cost is None or fmt in ("claude", "claude-jsonl"):
+        return  # Claude's stream carries its cost
+    model = table.model if table is not None else None
+    if model is None:
+        raise BadPrompt(
+            f"max_cost_usd cannot be followed: agent {agent!r} reports tokens only and "
+            "names no model to price",
+            hint=f'set [agents.{agent}] model and its [prices."<model>"] row, or use '
+            "max_tokens instead",
+        )
+    if model not in config.prices:
+        raise BadPrompt(
+            f"max_cost_usd cannot be followed: agent {agent!r} reports tokens only and "
+            f"model {model!r} has no price",
+            hint=f'add [prices."{model}"] input_per_mtok = …, output_per_mtok = … to the '
+            "config, or use max_tokens instead",
+        )
 
 
 def runnable(spec: PromptSpec, agent: str) -> None:
@@ -267,9 +336,10 @@ def settings_for(spec: PromptSpec, inbox_path: str, config: AdmissionDefaults) -
         if (opts.on_success or opts.on_failure or opts.on_finish)
         else None
     )
+    agent = routing.first(opts.agent, route.agent) or config.default_agent
     return {
         "name": opts.name or prompt_stem(PurePosixPath(inbox_path).name),
-        "agent": routing.first(opts.agent, route.agent) or config.default_agent,
+        "agent": agent,
         "workdir": workdir,
         "timeout_seconds": routing.first(spec.timeout_seconds, route.timeout, config.timeout),
         "retries": opts.retries if opts.retries is not None else config.retries,
@@ -286,4 +356,29 @@ def settings_for(spec: PromptSpec, inbox_path: str, config: AdmissionDefaults) -
         "output_max_bytes": spec.limit_bytes("output_max", config.output_max),
         "executor": routing.first(opts.executor, route.executor) or config.executor,
         "hooks": hooks,
+        **limits_for(opts, route, agent, config),
+    }
+
+
+def limits_for(
+    opts: PromptOptions, route: RouteDefaults, agent: str, config: AdmissionDefaults
+) -> dict[str, object]:
+    """``max_cost_usd`` and ``max_tokens``: the front matter, else the route, else
+    ``[agents.NAME]``, else the config's. A bash job spends nothing: no defaults."""
+    if agent == "bash":
+        return {"max_cost_usd": opts.max_cost_usd, "max_tokens": opts.max_tokens}
+    table = config.agents.get(agent)
+    return {
+        "max_cost_usd": routing.first(
+            opts.max_cost_usd,
+            route.max_cost_usd,
+            table.max_cost_usd if table else None,
+            config.max_cost_usd,
+        ),
+        "max_tokens": routing.first(
+            opts.max_tokens,
+            route.max_tokens,
+            table.max_tokens if table else None,
+            config.max_tokens,
+        ),
     }

@@ -86,6 +86,8 @@ FIELDS: dict[str, str] = {
     "usage": "usage?",
     "resources": "resources?",
     "turns": "int?",
+    "max_cost_usd": "float?",
+    "max_tokens": "int?",
     "error_kind": "str?",
     "agent_state": "agent_state?",
     "agent_detail": "str?",
@@ -118,6 +120,10 @@ USAGE_FIELDS: dict[str, str] = {
     "cache_read_tokens": "int?",
     "cache_write_tokens": "int?",
     "cost_usd": "float?",
+    "tokens": "int?",
+    "cost_known": "bool?",
+    "cost_note": "str?",
+    "model": "str?",
 }
 RESOURCE_FIELDS: dict[str, str] = {
     "cpu_seconds": "float",

@@ -94,6 +94,8 @@ class PromptOptions(BaseModel):
     mem: Annotated[str | int | None, Field(union_mode="left_to_right")] = None
     gres: str | None = None
     retry_of: str | None = None
+    max_cost_usd: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    max_tokens: Annotated[int, Field(ge=1)] | None = None
 
     @field_validator("timeout", "idle_timeout")
     @classmethod
@@ -392,6 +394,8 @@ _KEY_HINTS = {
     "mem": 'Slurm only: megabytes, or a size such as mem = "4G"',
     "gres": 'Slurm only: for example gres = "gpu:1"',
     "retry_of": "set by hopper retry: the id of the job this one re-runs",
+    "max_cost_usd": "agent jobs: dollars, more than 0, for example max_cost_usd = 0.50",
+    "max_tokens": "agent jobs: a whole number of tokens, for example max_tokens = 200000",
 }
 
 
@@ -404,15 +408,23 @@ def _key_line(key: str, fm_lines: list[str]) -> int | None:
 
 
 def refuse_agent_only_keys(options: PromptOptions) -> None:
-    """A bash job cannot be nudged: ``check``, ``max_nudges``, ``on_idle = "nudge"`` are
-    refused (BadPrompt) rather than silently ignored."""
+    """A bash job cannot be nudged nor spend tokens: ``check``, ``max_nudges``,
+    ``on_idle = "nudge"``, ``max_cost_usd``, ``max_tokens`` are refused (BadPrompt)
+    rather than silently ignored."""
     for key, given in (
         ("check", options.check is not None),
         ("max_nudges", options.max_nudges is not None),
         ("on_idle", options.on_idle == "nudge"),
         ("mode", options.mode == "interactive"),
+        ("max_cost_usd", options.max_cost_usd is not None),
+        ("max_tokens", options.max_tokens is not None),
     ):
         if given:
+            if key in ("max_cost_usd", "max_tokens"):
+                raise BadPrompt(
+                    f"key {key!r} is for agent jobs (a bash job spends no tokens)",
+                    hint="drop it, or use timeout to bound the script",
+                )
             raise BadPrompt(
                 f"key {key!r} is for agent jobs (a failed check or an idle agent is nudged "
                 "to go on); a bash job cannot be nudged",

@@ -29,7 +29,13 @@ class Usage(BaseModel):
     output_tokens: int | None = None
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
-    cost_usd: float | None = None
+    cost_usd: float | None = Field(None, description="dollars; null when not known")
+    tokens: int | None = Field(None, description="input, output, cache read and write together")
+    cost_known: bool | None = Field(
+        None, description="false: the agent reports tokens only and no [prices] row priced them"
+    )
+    cost_note: str | None = Field(None, description="why the cost is not known")
+    model: str | None = Field(None, description="the model the agent reported (or was given)")
 
 
 class Resources(BaseModel):
@@ -129,6 +135,12 @@ class JobRecord(BaseModel):
         None, description="CPU, memory and output of the process tree (live while running)"
     )
     turns: int | None = Field(None, description="model turns the agent reported")
+    max_cost_usd: float | None = Field(
+        None, description="agent jobs: stop at this spend (budget_exceeded); null = no limit"
+    )
+    max_tokens: int | None = Field(
+        None, description="agent jobs: stop at this many tokens (budget_exceeded); null = none"
+    )
     error_kind: str | None = Field(
         None,
         description="for agent_error (and live, with agent_state api_error or retrying): "
