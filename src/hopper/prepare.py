@@ -187,7 +187,15 @@ def prepare(
     workdir = workdir_of(record, run_dir)
     agent = lookup(agents, record.agent)
     values = template_values(record, workdir)
-    prep = agent.prepare(JobContext(record.id, record.name, run_dir, workdir, spec, values))
+    budget = {
+        "max_cost_usd": record.max_cost_usd,
+        "max_tokens": record.max_tokens,
+        "prices": {model: row.model_dump() for model, row in config.prices.items()},
+        # an earlier attempt's spend (job.json's usage): a retry goes on counting from it
+        "spent_before": record.usage.model_dump(exclude_none=True) if record.usage else None,
+    }
+    job = JobContext(record.id, record.name, run_dir, workdir, spec, values, budget)
+    prep = agent.prepare(job)
     for name, content in prep.files.items():
         write_atomic(run_dir / name, content.encode(), durable=False)
     env = job_environment(layout, config, record, run_dir, prep, spec.options.env, os.environ)

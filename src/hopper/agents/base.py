@@ -30,6 +30,8 @@ class JobContext:
     workdir: Path
     spec: PromptSpec
     values: dict[str, str] = field(default_factory=dict)  # ${job.id} … for configured commands
+    # the job's max_cost_usd / max_tokens and the config's [prices] rows (agents/budget.py)
+    budget: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class StderrProgress:
 
     env: Callable[[Mapping[str, str]], dict[str, str]]
     marker: bytes
+    # one progress line -> the usage of a model response it reports, and the model
+    usage: Callable[[bytes], tuple[dict[str, int], str | None] | None] | None = None
 
 
 class Cli(Protocol):

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 # Tools with which a headless agent asks the human something (nobody will answer).
 ASKING_TOOLS = frozenset({"AskUserQuestion"})
+# The result of a run Claude Code's own ``--max-budget-usd`` ended (2.1.197 and 2.1.330).
+BUDGET_SUBTYPE = "error_max_budget_usd"
 
 
 class Claude:
@@ -47,6 +49,8 @@ class Claude:
             argv += ["--permission-mode", str(spec["permission_mode"])]
         if spec.get("model"):
             argv += ["--model", str(spec["model"])]
+        if spec.get("max_budget_usd") is not None:  # the job's budget left: a second guard
+            argv += ["--max-budget-usd", str(spec["max_budget_usd"])]
         if session_id:
             argv += ["--resume" if resume else "--session-id", session_id]
         return argv + extra_args(spec)
@@ -87,9 +91,29 @@ def read_stream(state: StreamState, obj: dict[str, Any]) -> list[str]:
     return []
 
 
+def usage_figures(usage: object) -> dict[str, Any]:
+    """An Anthropic ``usage`` object in hopper's names."""
+    usage = usage if isinstance(usage, dict) else {}
+    return {
+        "input_tokens": usage.get("input_tokens"),
+        "output_tokens": usage.get("output_tokens"),
+        "cache_read_tokens": usage.get("cache_read_input_tokens"),
+        "cache_write_tokens": usage.get("cache_creation_input_tokens"),
+    }
+
+
 def _partial(state: StreamState, event: dict[str, Any]) -> list[str]:
-    """A partial message (``--include-partial-messages``): text, line by line."""
+    """A partial message (``--include-partial-messages``): text, line by line; its
+    usage as it arrives (the input at ``message_start``, the output growing after)."""
     etype = event.get("type")
+    if etype == "message_start":
+        message = event.get("message") or {}
+        state.current_message = str(message.get("id") or f"m{len(state.message_usage)}")
+        state.note_usage(state.current_message, usage_figures(message.get("usage")))
+        return []
+    if etype == "message_delta":
+        state.note_usage(None, usage_figures(event.get("usage")))
+        return []
     if etype == "content_block_start":
         block = event.get("content_block") or {}
         if block.get("type") == "text":
@@ -165,6 +189,8 @@ def _system(state: StreamState, obj: dict[str, Any]) -> list[str]:
 def _assistant(state: StreamState, obj: dict[str, Any]) -> list[str]:
     message = obj.get("message") or {}
     out: list[str] = []
+    if message.get("usage") and message.get("model") != "<synthetic>":
+        state.note_usage(str(message.get("id") or "?"), usage_figures(message["usage"]))
     if obj.get("is_api_error_message") or obj.get("error"):
         status = obj.get("api_error_status")
         state.error_status = status if isinstance(status, int) else state.error_status
@@ -211,13 +237,10 @@ def _result(state: StreamState, obj: dict[str, Any]) -> list[str]:
     state.num_turns = obj.get("num_turns")
     if isinstance(obj.get("result"), str):
         state.result = obj["result"]
-    usage = obj.get("usage") or {}
-    state.usage = {
-        "input_tokens": usage.get("input_tokens"),
-        "output_tokens": usage.get("output_tokens"),
-        "cache_read_tokens": usage.get("cache_read_input_tokens"),
-        "cache_write_tokens": usage.get("cache_creation_input_tokens"),
-    }
+    state.usage = usage_figures(obj.get("usage"))
+    # --max-budget-usd reached: Claude Code ends the run with this subtype
+    if obj.get("subtype") == BUDGET_SUBTYPE or obj.get("terminal_reason") == "budget_exhausted":
+        state.budget_stop = True
     cost = obj.get("total_cost_usd")
     state.cost_usd = float(cost) if isinstance(cost, int | float) else None
     for denial in obj.get("permission_denials") or []:

@@ -12,6 +12,9 @@ the check, the session, the final record. :class:`CliRun` runs the CLI once:
 * ``agent.state.json`` kept current (starting, working, idle, retrying …);
 * a run that prints nothing for ``idle_timeout`` stopped (SIGINT, SIGTERM,
   SIGKILL to the group);
+* the spend followed as each message's usage arrives (agents/budget.py): a run
+  that reaches the job's ``max_cost_usd`` or ``max_tokens`` before it ends is
+  stopped the same way (``budget_exceeded``);
 * the supervisor's stop signals, which the driver receives, passed on to the
   CLI's group.
 
@@ -32,12 +35,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hopper.agents.argv import cli_for, turn_argv
+from hopper.agents.budget import JobBudget
 from hopper.agents.groupstop import GroupStop
 from hopper.agents.livestate import LiveState
 from hopper.agents.stream import DIALECTS, StreamState, parse_line
 from hopper.core.agent_outcome import judge, live_action
 
 STREAM_FILE = "agent.jsonl"
+BUDGET_EXCEEDED = "budget_exceeded"  # a RunResult's kind when a spending limit ended it
 DEFAULT_IDLE_AFTER = 30.0  # seconds without output before the live state says idle
 FRAGMENT_EVERY = 0.5  # seconds: streamed text still waiting for its newline reaches job.log
 
@@ -71,9 +76,11 @@ class CliRun:
         say: Callable[[str], None],
         signals: list[int],
         stopping: Callable[[], bool],
+        budget: JobBudget | None = None,
     ) -> None:
         """``signals``: the driver's list of stop signals received, taken from here;
-        ``stopping``: whether the driver was told to stop."""
+        ``stopping``: whether the driver was told to stop; ``budget``: the job's limits
+        and what its earlier runs spent."""
         self.spec = spec
         self.run_dir = Path(spec["run_dir"])
         self.workdir = str(spec["workdir"])
@@ -85,6 +92,8 @@ class CliRun:
         self.signals = signals
         self.stopping = stopping
         self.taken: tuple[str, str, float | None] | None = None  # a live error hopper acted on
+        self.budget = budget
+        self.over: str | None = None  # the detail of the spending limit this run reached
 
     def run(self, message: Path, session_id: str | None, resume: bool) -> RunResult:
         """Run the CLI once on ``message`` (resuming ``session_id`` when ``resume``)."""
@@ -115,7 +124,7 @@ class CliRun:
                 return RunResult(state, None, False, False, "unknown", f"cannot start: {exc}")
         assert proc.stdout is not None
         fd = proc.stdout.fileno()
-        err = _Stderr(proc.stderr, progress.marker) if progress else None
+        err = _Stderr(proc.stderr, progress.marker, progress.usage) if progress else None
         idle_timeout = self.spec.get("idle_timeout")
         idle_after = float(self.spec.get("idle_after") or DEFAULT_IDLE_AFTER)
         if idle_timeout is not None:
@@ -125,6 +134,7 @@ class CliRun:
         last = time.monotonic()
         idle = False
         self.taken = None
+        self.over = None
         stop = GroupStop(proc, float(self.spec.get("grace", 5.0)))
         stream = open(self.run_dir / STREAM_FILE, "ab")  # noqa: SIM115
         shown = time.monotonic()  # when streamed text last reached the log
@@ -140,6 +150,8 @@ class CliRun:
                     last = time.monotonic()  # the stream moves: not idle
                     if not self.taken:
                         self.live.activity()
+                    if self._over_budget(state):
+                        stop.begin()
                 if time.monotonic() - shown >= FRAGMENT_EVERY:
                     shown = time.monotonic()
                     self._fragment(state)
@@ -173,7 +185,7 @@ class CliRun:
                     self._line(line, state, stream)
                 if lines:
                     shown = time.monotonic()
-                if self._judge_live(state):
+                if self._judge_live(state) or self._over_budget(state):
                     stop.begin()
             if buf.strip():
                 self._line(buf, state, stream)
@@ -189,6 +201,12 @@ class CliRun:
                 proc.stderr.close()
         code = self._wait(proc)
         self.note("agent_exited", exit_code=code)
+        if self.over is not None:
+            return RunResult(state, code, False, False, BUDGET_EXCEEDED, self.over)
+        if state.budget_stop:  # the CLI's own guard (--max-budget-usd) ended it
+            own = "the CLI's own budget guard (--max-budget-usd) ended the run"
+            detail = (self.budget.reached(state) if self.budget else None) or own
+            return RunResult(state, code, False, False, BUDGET_EXCEEDED, detail)
         if self.taken is not None:
             _, kind, delay = self.taken
             detail = f"the CLI reported a {kind} error and was stopped at once"
@@ -209,6 +227,21 @@ class CliRun:
         verdict = judge(state.summary(), code)
         dead = not state.completed and not state.failed and not self.stopping()
         return RunResult(state, code, False, verdict.ok, verdict.kind, verdict.detail, dead=dead)
+
+    def _over_budget(self, state: StreamState) -> bool:
+        """True (once) when the spend so far reached a limit of the job while the run goes
+        on; a run that already reported its end is left to end (its work is done)."""
+        if self.budget is None or self.over is not None or self.taken or state.completed:
+            return False
+        detail = self.budget.reached(state)
+        if detail is None:
+            return False
+        self.over = detail
+        if state.close_line():
+            self.say("")
+        self.note(BUDGET_EXCEEDED, detail=detail)
+        self.say(f"[hopper] {detail}: stopping the agent")
+        return True
 
     def _line(self, line: bytes, state: StreamState, stream: Any) -> None:
         if not line.strip():
@@ -269,9 +302,15 @@ class _Stderr:
     """A CLI's stderr on a pipe: lines holding the progress ``marker`` are counted, not
     logged; the others are copied to job.log whole (a line cut short only at the end)."""
 
-    def __init__(self, pipe: Any, marker: bytes) -> None:
+    def __init__(
+        self,
+        pipe: Any,
+        marker: bytes,
+        usage: Callable[[bytes], tuple[dict[str, int], str | None] | None] | None = None,
+    ) -> None:
         self.fd: int = pipe.fileno()
         self.marker = marker
+        self.usage = usage
         self.closed = False
         self._buf = b""
 
@@ -304,6 +343,11 @@ class _Stderr:
         for line in shown:
             if self.marker in line:
                 moved = True
+                found = self.usage(line) if self.usage else None
+                if found is not None:  # one model response's usage, as it arrives
+                    figures, model = found
+                    state.note_usage(f"response-{len(state.message_usage)}", figures)
+                    state.model = model or state.model
                 continue
             if state.close_line():
                 sys.stdout.write("\n")

@@ -7,6 +7,7 @@ agent with ``format = "codex-jsonl"``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,31 @@ def progress_env(env: Mapping[str, str]) -> dict[str, str]:
     return {"RUST_LOG": f"{env.get('RUST_LOG') or 'error'},{OTEL_TARGET}=info"}
 
 
-PROGRESS = StderrProgress(progress_env, f" {OTEL_TARGET}: ".encode())
+_RESPONSE_DONE = re.compile(rb"event\.kind=response\.completed .*?input_token_count=(\d+)")
+_FIGURE = re.compile(rb"\b(input|output|cached|cache_write)_token_count=(\d+)")
+_MODEL = re.compile(rb"\bmodel=([^\s\"]+)")
+
+
+def progress_usage(line: bytes) -> tuple[dict[str, int], str | None] | None:
+    """One model response's usage from Codex's trace of its ``response.completed``
+    event (``input_token_count=307 output_token_count=40 cached_token_count=7 …
+    model=gpt-5.5``), in hopper's names (cached tokens out of the input); None for
+    any other line."""
+    if not _RESPONSE_DONE.search(line):
+        return None
+    raw = {name.decode(): int(value) for name, value in _FIGURE.findall(line)}
+    cached = raw.get("cached", 0)
+    figures = {
+        "input_tokens": max(0, raw.get("input", 0) - cached),
+        "output_tokens": raw.get("output", 0),
+        "cache_read_tokens": cached,
+        "cache_write_tokens": raw.get("cache_write", 0),
+    }
+    model = _MODEL.search(line)
+    return figures, (model.group(1).decode("utf-8", "replace") if model else None)
+
+
+PROGRESS = StderrProgress(progress_env, f" {OTEL_TARGET}: ".encode(), progress_usage)
 
 
 class Codex:
@@ -84,12 +109,7 @@ def read_stream(state: StreamState, obj: dict[str, Any]) -> list[str]:
     if kind == "turn.completed":
         state.completed = True
         usage = obj.get("usage") or {}
-        state.usage = {
-            "input_tokens": usage.get("input_tokens"),
-            "output_tokens": usage.get("output_tokens"),
-            "cache_read_tokens": usage.get("cached_input_tokens"),
-            "cache_write_tokens": usage.get("cache_write_input_tokens"),
-        }
+        state.usage = usage_figures(usage)
         return [
             f"[result] done, {usage.get('input_tokens')} in / "
             f"{usage.get('output_tokens')} out tokens"
@@ -109,6 +129,20 @@ def read_stream(state: StreamState, obj: dict[str, Any]) -> list[str]:
         state.error_kind = error_kind(None, message)
         return [f"[result] error: {message}"]
     return []
+
+
+def usage_figures(usage: dict[str, Any]) -> dict[str, Any]:
+    """Codex's ``usage`` in hopper's names: its input counts the cached tokens, which
+    hopper counts apart (``input_tokens`` are the input not read from a cache)."""
+    given, cached = usage.get("input_tokens"), usage.get("cached_input_tokens")
+    if isinstance(given, int) and isinstance(cached, int):
+        given = max(0, given - cached)
+    return {
+        "input_tokens": given,
+        "output_tokens": usage.get("output_tokens"),
+        "cache_read_tokens": cached,
+        "cache_write_tokens": usage.get("cache_write_input_tokens"),
+    }
 
 
 def _item(state: StreamState, kind: str, item: dict[str, Any]) -> list[str]:

@@ -28,6 +28,11 @@ killed and restarted; the watcher only reads the files it leaves:
 
 Nudges of every kind (check, idle, dead) share ``max_nudges``.
 
+The job's ``max_cost_usd`` and ``max_tokens`` (agents/budget.py) count every run
+of the job together: a run that reaches one is stopped (``budget_exceeded``),
+and once one is reached no retry, nudge or check resume starts another run.
+Claude is also given its own guard, ``--max-budget-usd``, set to what is left.
+
 SIGINT/SIGTERM (the supervisor's stop signals) are forwarded to the CLI's
 group and make the driver stop starting anything new: it reads the CLI's last
 lines (Claude prints its result on SIGINT), records, exits.
@@ -46,7 +51,8 @@ from typing import Any
 
 from hopper.agents import sessionmap
 from hopper.agents.argv import check_argv, cli_for
-from hopper.agents.clirun import CliRun, RunResult
+from hopper.agents.budget import JobBudget
+from hopper.agents.clirun import BUDGET_EXCEEDED, CliRun, RunResult
 from hopper.agents.livestate import LiveState, iso
 from hopper.agents.policy import (
     CONTINUE_TEXT,
@@ -58,6 +64,7 @@ from hopper.agents.policy import (
 from hopper.agents.stream import DIALECTS
 from hopper.agents.streamtext import shorten
 from hopper.core.agent_outcome import retryable
+from hopper.core.prices import TOKEN_KEYS
 from hopper.store.atomic import write_atomic
 
 __all__ = ["RESULT_FILE", "SPEC_FILE", "SUMMARY_FILE"]
@@ -78,9 +85,15 @@ class Driver:
         self.structured = dialect in DIALECTS
         self.stopping = False
         self.signals: list[int] = []  # stop signals received, to forward to the CLI's group
-        self.totals: dict[str, Any] = {"usage": {}, "cost_usd": None, "turns": 0}
+        before = spec.get("spent_before") or {}  # an earlier attempt's usage: counted on
+        self.totals: dict[str, Any] = {
+            "usage": {k: v for k, v in before.items() if k in TOKEN_KEYS and isinstance(v, int)},
+            "cost_usd": before.get("cost_usd"),
+            "turns": 0,
+        }
         self.denials: list[str] = []
         self.live = LiveState(self.run_dir)
+        self.budget = JobBudget(spec)
         self.cli_run = CliRun(
             spec,
             dialect,
@@ -89,6 +102,7 @@ class Driver:
             say=self.say,
             signals=self.signals,
             stopping=lambda: self.stopping,
+            budget=self.budget,
         )
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGTERM, self._on_stop)
@@ -139,6 +153,9 @@ class Driver:
 
     # -- one CLI run --------------------------------------------------------------
     def run_agent(self, message: Path, session_id: str | None, resume: bool) -> RunResult:
+        left = self.budget.cost_left()
+        if left is not None:  # the CLI's own guard (Claude: --max-budget-usd), what is left
+            self.spec["max_budget_usd"] = f"{left:.6f}"
         return self.cli_run.run(message, session_id, resume)
 
     def _account(self, res: RunResult) -> None:
@@ -151,6 +168,7 @@ class Driver:
             self.totals["cost_usd"] = (self.totals["cost_usd"] or 0.0) + s["cost_usd"]
         self.totals["turns"] += int(s.get("num_turns") or 0)
         self.denials += s.get("permission_denials") or []
+        self.budget.add(res.state)
 
     # -- the check ----------------------------------------------------------------
     def run_check(self, argv: list[str]) -> tuple[bool, int | None, str]:
@@ -190,6 +208,8 @@ class Driver:
             self._account(res)
             if self.stopping or res.ok or res.idle or not retryable(res.kind) or attempt >= retries:
                 return res
+            if self.budget.reached():  # no rerun past the job's limit
+                return res
             attempt += 1
             delay = retry_delay(backoff, attempt, res.delay)
             self.event("agent_retry", attempt=attempt, kind=res.kind, delay_seconds=delay)
@@ -222,6 +242,10 @@ class Driver:
         res: RunResult | None = None
         check_code: int | None = None
         while True:
+            over = self.budget.reached() if nudges else None
+            if over is not None:  # a nudge would be another run: none past the limit
+                outcome, detail, kind = BUDGET_EXCEEDED, over, None
+                break
             res = self.turn(message, session_id, resume)
             sid = res.state.session_id or session_id
             if res.ok and sid:
@@ -230,6 +254,9 @@ class Driver:
                 self.remember_session(sid)
             if self.stopping:
                 outcome, detail, kind = "stopped", "stopped by hopper", None
+                break
+            if res.kind == BUDGET_EXCEEDED:
+                outcome, detail, kind = BUDGET_EXCEEDED, res.detail, None
                 break
             if res.idle:
                 quiet = float(self.spec.get("idle_timeout") or 0)
@@ -274,8 +301,16 @@ class Driver:
             message = self.nudge(nudges, text, "the check failed", check_exit_code=check_code)
             session_id, resume = sid, True
         paused = self.pause_session(outcome, kind, detail)
+        assert res is not None  # the first message always runs
         self.finish(res, outcome, detail, kind, nudges, check_code, paused)
         return 0 if outcome == "succeeded" else 1
+
+    def usage(self) -> dict[str, Any]:
+        """agent.json's usage: the token figures of every run, and the job's spend."""
+        figures = {**self.totals["usage"], "cost_usd": self.totals["cost_usd"]}
+        if not self.structured:
+            return figures  # a text agent reports nothing to count
+        return {**figures, **self.budget.usage_fields()}
 
     def pause_session(self, outcome: str, kind: str | None, detail: str) -> str | None:
         """``on_error = "pause"``: an API error holds the session's later prompts."""
@@ -314,7 +349,7 @@ class Driver:
             "error_kind": kind,
             "session_id": summary.get("session_id") or self.known_session(),
             "turns": self.totals["turns"] or None,
-            "usage": {**self.totals["usage"], "cost_usd": self.totals["cost_usd"]},
+            "usage": self.usage(),
             "permission_denials": self.denials,
             "nudges": nudges,
             "check_exit_code": check_code,

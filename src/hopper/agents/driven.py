@@ -128,6 +128,7 @@ def prepare_driven(
         "api_retries": cfg.api_retries,
         "retry_backoff": cfg.retry_backoff,
         "grace": 5.0,
+        **job.budget,
         **extra,
     }
     return Preparation(

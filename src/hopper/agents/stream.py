@@ -63,6 +63,35 @@ class StreamState:
     streamed: bool = False  # the current message's text was rendered from deltas
     partial: str = ""  # streamed text not yet in the log (no newline yet)
     line_open: bool = False  # the log's last line is streamed text awaiting its end
+    # usage as it arrives, per model message (Claude) or response (Codex): the spend so
+    # far while the run goes on; ``usage`` (the run's own total, at its end) replaces it
+    message_usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    current_message: str | None = None
+    budget_stop: bool = False  # the CLI's own budget guard ended the run
+
+    def note_usage(self, message: str | None, figures: dict[str, Any]) -> None:
+        """Usage figures of one message as they arrive; a figure only grows (Claude's
+        ``message_delta`` repeats the message's output tokens so far)."""
+        key = message or self.current_message or "?"
+        seen = self.message_usage.setdefault(key, {})
+        for name, value in figures.items():
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                seen[name] = max(seen.get(name, 0), value)
+
+    def spent_usage(self) -> dict[str, Any]:
+        """The run's token figures: the sum of what each message reported so far, or the
+        run's reported total where that is more (a run stopped mid-message may report
+        zeros: Claude's result after SIGINT)."""
+        total: dict[str, Any] = {}
+        for figures in self.message_usage.values():
+            for name, value in figures.items():
+                total[name] = total.get(name, 0) + value
+        for name, value in self.usage.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                total[name] = max(value, total.get(name, 0))
+            elif name not in total:
+                total[name] = value
+        return total
 
     # -- feeding ----------------------------------------------------------------
     def feed(self, obj: dict[str, Any]) -> list[str]:
@@ -94,7 +123,7 @@ class StreamState:
             "error_status": self.error_status,
             "error_kind": self.error_kind,
             "num_turns": self.num_turns,
-            "usage": dict(self.usage),
+            "usage": self.spent_usage(),
             "cost_usd": self.cost_usd,
             "tool_calls": self.tool_calls,
             "permission_denials": list(self.permission_denials),

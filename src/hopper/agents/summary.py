@@ -39,6 +39,10 @@ class AgentUsage(BaseModel):
     cache_read_tokens: Count | None = None
     cache_write_tokens: Count | None = None
     cost_usd: Annotated[float, Field(ge=0)] | None = None
+    tokens: Count | None = None
+    cost_known: bool | None = None
+    cost_note: Annotated[str, Field(max_length=500)] | None = None
+    model: Annotated[str, Field(max_length=200)] | None = None
 
     @field_validator("cost_usd")
     @classmethod

@@ -178,4 +178,6 @@ def final_reason(base: Reason, agent: dict[str, Any] | None) -> tuple[Reason, st
         return Reason.IDLE_TIMEOUT, detail
     if outcome == "agent_error":
         return Reason.AGENT_ERROR, detail
+    if outcome == "budget_exceeded":
+        return Reason.BUDGET_EXCEEDED, detail
     return None
