@@ -77,6 +77,8 @@ class AgentDefaults(Protocol):
     def argv(self) -> list[str] | None: ...
     @property
     def format(self) -> str: ...
+    @property
+    def mode(self) -> Literal["headless", "interactive"]: ...
 
 
 @dataclass(frozen=True)
@@ -97,13 +99,6 @@ class _NoRoute:
 
 
 NO_ROUTE = _NoRoute()
-
-
-class AgentDefaults(Protocol):
-    """``[agents.NAME]``: what admission reads of an agent's table."""
-
-    @property
-    def mode(self) -> Literal["headless", "interactive"]: ...
 
 
 class AdmissionDefaults(Protocol):
@@ -135,8 +130,6 @@ class AdmissionDefaults(Protocol):
     def max_cost_usd(self) -> float | None: ...
     @property
     def max_tokens(self) -> int | None: ...
-    @property
-    def agents(self) -> Mapping[str, AgentDefaults]: ...
     @property
     def prices(self) -> Mapping[str, object]: ...
 
