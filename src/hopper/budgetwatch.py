@@ -21,7 +21,7 @@ import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, tzinfo
+from datetime import UTC, datetime, tzinfo
 
 from hopper.budget_config import Budgets
 from hopper.clock import Clock, local_zone
@@ -66,6 +66,8 @@ class BudgetWatch:
     _holds: Holds = field(init=False, default_factory=Holds)
     _next: float = field(init=False, default=0.0)
     _announced: set[str] = field(init=False, default_factory=set)
+    _key: tuple[int, datetime] | None = field(init=False, default=None)
+    _until: datetime = field(init=False, default=datetime.max.replace(tzinfo=UTC))
     news: list[Budget] = field(init=False, default_factory=list)  # reached, told by no one yet
 
     def __post_init__(self) -> None:
@@ -82,7 +84,14 @@ class BudgetWatch:
             return self._holds
         self._next = mono + CHECK_INTERVAL
         now = self.clock.now()
-        budgets = current(self.layout, self.budgets, now, self.ledger)
+        since = earliest_start(self.rules, now, self.zone)
+        assert since is not None  # rules are set
+        spends = self.ledger.spends(since, now)
+        key = (self.ledger.version, since)
+        if key == self._key and now < self._until:
+            return self._holds  # no new spend, no period turned: the same verdicts
+        budgets = assess(self.rules, spends, now, self.zone)
+        self._key, self._until = key, min(b.resets_at for b in budgets)
         reached = tuple(b for b in budgets if b.reached)
         self._holds = Holds(reached, self.zone)
         for budget in reached:

@@ -102,7 +102,9 @@ def spend_of(entry: SpendEntry) -> JobSpend:
     priced = job_spend(entry.usage.model_dump(), None, {})
     return JobSpend(
         entry.job_id,
-        entry.finished_at,
+        # the stdlib's UTC, as the budgets' bounds carry: comparing datetimes of one tzinfo
+        # is a plain compare (pydantic's own UTC tzinfo costs a Python call per compare)
+        datetime.fromtimestamp(entry.finished_at.timestamp(), UTC),
         entry.agent,
         entry.group,
         entry.session,
@@ -219,12 +221,14 @@ class SpendLedger:
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
         self._days: dict[str, _Day] = {}
+        self.version = 0  # moves whenever an entry is added or goes: sums over it may be kept
 
     def spends(self, since: datetime, until: datetime) -> list[JobSpend]:
         """Every filed spend of a job that finished in [since, until]."""
         days = list(_days_between(since, until))
         for stale in set(self._days) - set(days):
             del self._days[stale]
+            self.version += 1
         out: list[JobSpend] = []
         for day in days:
             for spend in self._read_day(day).spends.values():
@@ -237,10 +241,12 @@ class SpendLedger:
         try:
             fd = _open_day(self.layout, day, create=False)
         except FileNotFoundError:
+            self.version += bool(known.spends)
             known.spends.clear()
             return known
         except OSError as exc:  # a link or a file planted in the folder's place
             log.warning("spend ledger: %s/%s unreadable: %s", SPEND_DIR, day, exc.strerror)
+            self.version += bool(known.spends)
             known.spends.clear()
             return known
         try:
@@ -254,8 +260,10 @@ class SpendLedger:
             for name in names:
                 if name not in known.spends:
                     known.spends[name] = _read_entry(self.layout, day, name, fd)
+                    self.version += 1
             for gone in set(known.spends) - set(names):
                 del known.spends[gone]
+                self.version += 1
             known.stamp = stamp
         finally:
             os.close(fd)
