@@ -88,5 +88,7 @@ def test_two_watchers_start_no_agent_job_of_a_group_past_its_shared_budget(
     status = hopper("status").stdout
     assert "waiting: group app spent $1.20 of $1.00 today" in status
     assert "(3 queued agent jobs held)" in status
+    (row,) = [line for line in status.splitlines() if "late3" in line]
+    assert "waiting: group app spent $1.20 of $1.00 today" in row  # the job's own row says why
     jobs = by_name(layout)
     assert all(len(jobs[f"late{n}"]) == 1 for n in (3, 4, 5))

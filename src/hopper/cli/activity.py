@@ -47,15 +47,19 @@ QUEUED_LOOKS = 200  # queued rows whose session is looked up (one job.json read 
 
 def queued_activity(layout: Layout, job_ids: list[str], running: list[str]) -> dict[str, str]:
     """Queued jobs of a session that wait for an earlier job of it (one running, or
-    queued before them: the scheduler's rule) -> ``waiting for session X's turn``.
+    queued before them: the scheduler's rule) -> ``waiting for session X's turn``;
+    jobs a budget holds -> their ``waiting`` (``waiting: group app spent …``).
     Only for the first :data:`QUEUED_LOOKS` queued rows (a flood stays quick)."""
     out: dict[str, str] = {}
     sessions: dict[str, str] = {}
+    held: dict[str, str] = {}
     for job_id in sorted(job_ids)[:QUEUED_LOOKS]:
         try:
             view = read_view(layout.run_dir(job_id))
         except (OSError, JobFileCorrupt):
             continue
+        if view.waiting:  # held by a budget: job.json says why (docs/budgets.md)
+            held[job_id] = view.waiting
         if view.session:
             sessions[job_id] = view.session
     busy = {s for s in sessions.values() if _session_busy(layout, s)}
@@ -66,6 +70,7 @@ def queued_activity(layout: Layout, job_ids: list[str], running: list[str]) -> d
         if name in busy:
             out[job_id] = f"waiting for session {name}'s turn"
         busy.add(name)  # the later ones wait behind this one
+    out.update(held)
     return out
 
 

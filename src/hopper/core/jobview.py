@@ -154,6 +154,7 @@ class JobView:
     error_kind: str | None
     reason: Reason | None
     session: str | None = None
+    waiting: str | None = None  # a queued job hopper holds back: why (a budget reached)
 
     @property
     def id(self) -> str:
@@ -222,6 +223,7 @@ def view_of(doc: object) -> JobView | None:
         error_kind=doc.get("error_kind"),
         reason=reason,
         session=doc.get("session"),
+        waiting=doc.get("waiting"),
     )
 
 
@@ -235,6 +237,7 @@ def view_of_record(record: JobRecord) -> JobView:
         error_kind=record.error_kind,
         reason=record.reason,
         session=record.session,
+        waiting=record.waiting,
     )
 
 
