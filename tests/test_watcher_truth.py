@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from datetime import UTC, datetime
@@ -20,10 +21,11 @@ from typing import Any
 from conftest import Watchers, bash, drop, hopper_cmd, wait_for
 from hopper.cli.doctor.check import FIX_FREE_SPACE, Check
 from hopper.cli.doctor.root import check_free_space
-from hopper.cli.doctor.watcher import FIX_START, check_degraded
+from hopper.cli.doctor.watcher import FIX_START, check_degraded, root_watcher_processes
 from hopper.cli.main import COMMANDS
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState
+from hopper.proc import identity
 from hopper.store.jobfile import write_record
 from hopper.store.layout import Layout
 from hopper.store.watchers import beat_files, write_beat
@@ -103,6 +105,14 @@ def test_a_watcher_of_another_root_does_not_serve_this_one(
         check["message"],
     ), check["message"]
     assert "1 prompts wait in the inbox" in check["message"]
+    # nor is the root degraded for a watcher of another root (doctor's process guess was
+    # any `hopper run` on the host)
+    writable_failed = Check("writable", "fail", "Read-only file system")
+    assert root_watcher_processes(other) == []
+    assert check_degraded(writable_failed, lambda: root_watcher_processes(other)).status == "ok"
+    assert [pid for pid, _ in root_watcher_processes(layout)] == [proc.pid]
+    degraded = check_degraded(writable_failed, lambda: root_watcher_processes(layout))
+    assert degraded.status == "fail" and f"(pid {proc.pid})" in degraded.message
 
 
 def test_a_killed_watcher_is_dead_at_once_and_serves_nothing(
@@ -165,7 +175,7 @@ def test_only_stale_heartbeats_mean_no_watcher(layout: Layout, hopper) -> None:
     plant_beat(layout, "slow-host", 12, age=45)  # alive (< host_dead_after) but late
     check = next(c for c in json.loads(hopper("doctor", "--json").stdout) if c["name"] == "watcher")
     assert check["status"] == "warn"
-    assert re.search(r"watcher slow-host pid 12 last beat 4\ds ago", check["message"])
+    assert re.search(r"watcher slow-host pid 12 last beat \d+s ago", check["message"])  # 45s + load
 
 
 def test_doctor_advice_names_only_commands_that_exist(tmp_path: Path) -> None:
@@ -223,3 +233,29 @@ def test_hopper_watch_says_whether_a_watcher_serves_the_root(layout: Layout) -> 
     assert health() == "LATE (45s ago)"
     plant_beat(layout, "h2", 13, age=2)
     assert health() == "alive"
+
+
+def test_a_degraded_watchers_stale_file_still_names_it_while_its_process_runs(
+    layout: Layout,
+) -> None:
+    """A watcher on a root that takes no writes cannot rewrite its heartbeat: doctor still
+    finds it (its process runs); a file whose process is gone, or of another host, is no
+    watcher."""
+    host, me = socket.gethostname(), os.getpid()
+    start = identity.start_time(me)
+    # the one that counts last: the others are moved aside to names of their own
+    for pid, started, name in ((me, 1.0, host), (me, start, "elsewhere"), (me, start, host)):
+        path = write_beat(
+            layout,
+            host=name,
+            pid=pid,
+            owner=f"{name}:{pid}:{started}",
+            started=1.0,
+            running=0,
+            queued=0,
+        )
+        then = time.time() - 3600
+        os.utime(path, (then, then))
+        if started == 1.0 or name == "elsewhere":
+            path.rename(path.with_name(f"{name}--{pid}-{started}.json"))
+    assert root_watcher_processes(layout) == [(me, ["hopper", "run"])]

@@ -34,7 +34,11 @@ from hopper.cli.doctor.root import (
     check_writable,
 )
 from hopper.cli.doctor.systemd import check_notify_socket
-from hopper.cli.doctor.watcher import check_degraded, check_watcher_degraded
+from hopper.cli.doctor.watcher import (
+    check_degraded,
+    check_watcher_degraded,
+    root_watcher_processes,
+)
 from hopper.config import Config
 from hopper.core.terminal import terminal_safe
 from hopper.store.layout import Layout, resolve_root
@@ -50,7 +54,7 @@ def run_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Check]:
         checks += [
             check_one_filesystem(layout),
             writable,
-            check_degraded(writable),
+            check_degraded(writable, lambda: root_watcher_processes(layout)),
             check_free_space(layout.root),
             check_inotify(layout),
         ]

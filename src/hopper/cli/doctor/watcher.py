@@ -4,6 +4,7 @@ is fresh), does it look after its jobs, is it degraded."""
 from __future__ import annotations
 
 import os
+import socket
 import sqlite3
 import time
 from collections import Counter
@@ -15,10 +16,13 @@ import psutil
 from hopper.cli.doctor.check import FIX_FREE_SPACE, Check, ok
 from hopper.cli.watcherlist import watcher_rows
 from hopper.config import Config
+from hopper.core.owner import parse_owner
 from hopper.core.states import JobState
+from hopper.proc import identity
 from hopper.store.inbox import scan
 from hopper.store.index import JobIndex
 from hopper.store.layout import Layout
+from hopper.store.watchers import beat_files, beat_of, boot_id, read_raw
 
 #: A running job's heartbeat older than this many heartbeat intervals (at
 #: least MIN_STALE_SECONDS) means no watcher is looking after it.
@@ -33,6 +37,28 @@ def watcher_processes() -> list[tuple[int, list[str]]]:
         argv = proc.info.get("cmdline") or []
         if proc.info["pid"] != os.getpid() and _is_watcher(argv):
             found.append((proc.info["pid"], list(argv)))
+    return found
+
+
+def root_watcher_processes(layout: Layout) -> list[tuple[int, list[str]]]:
+    """(pid, argv) of this host's live watchers of *this* root: a heartbeat file under
+    the root (however old: a degraded watcher cannot rewrite it) names a process that
+    still runs here (same host name and boot id, pid and start time)."""
+    here = (socket.gethostname(), boot_id())
+    found = []
+    for path in beat_files(layout):
+        raw = read_raw(path)
+        if raw is None:
+            continue
+        try:
+            beat = beat_of(raw, time.time())
+        except (ValueError, TypeError):
+            continue
+        owner = parse_owner(beat.owner)
+        if owner is None or (beat.host, beat.boot_id) != here:
+            continue
+        if identity.is_alive(owner.pid, owner.start):
+            found.append((owner.pid, ["hopper", "run"]))
     return found
 
 
@@ -178,7 +204,8 @@ def check_degraded(
 
     The watcher cannot write that down anywhere under the root, so this is
     judged from here: the write probe of :func:`check_writable` failed and a
-    ``hopper run`` process is up (its sd_notify STATUS and log say the same).
+    watcher is up (``processes``: doctor passes :func:`root_watcher_processes`,
+    this root's; its sd_notify STATUS and log say the same).
     """
     if writable.status != "fail":
         return ok("degraded", "no: the root takes writes")
