@@ -39,6 +39,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hopper.agents.interactive import terminal_replies
+from hopper.core import sessions as verdicts
 from hopper.errors import HopperError
 from hopper.proc import proctree
 from hopper.proc.ladder import KillTree, Ladder
@@ -265,6 +267,10 @@ class Host:
             return
         self.screen += data
         del self.screen[:-SCREEN_TAIL]
+        if not any(not cl.read_only for cl in self.listener.attached()):
+            replies = terminal_replies(data)  # a person's terminal answers for itself
+            if replies:
+                self._type(replies)
         if self.turn is not None:
             self.turn.cast.output(data, now)
         self.listener.broadcast(data)
@@ -342,6 +348,10 @@ class Host:
         if now < self.next_requests:
             return
         self.next_requests = now + REQUEST_SCAN
+        if not self.ready and self.agent.ready(bytes(self.screen)):
+            self.ready = True  # ready after a quiet spell: no new output to look at
+            if self.state.state == c.STARTING:
+                self.save(state=c.IDLE)
         if not self.ready and now - self.born >= READY_FALLBACK:
             self.note(f"the agent never looked ready in {READY_FALLBACK:.0f} s: typing anyway")
             self.ready = True
@@ -355,13 +365,16 @@ class Host:
     def _markers(self) -> frozenset[str]:
         return frozenset(str(p) for p in self.agent.markers(self.session_dir))
 
-    def _read_log(self) -> tuple[list[str], bool]:
+    def _read_log(self) -> tuple[list[str], list[Any]]:
+        """job.log's lines for the log's new entries, and the entries."""
         try:
             view = self.agent.read_log(self.log.session_id, self.log.offset)
         except (OSError, ValueError, HopperError) as exc:
             self.note(f"cannot read the agent's session log: {exc}")
-            return [], False
-        return self.log.feed(view)
+            return [], []
+        lines, _ = self.log.feed(view)
+        entries = getattr(view, "entries", None) or []
+        return lines, [e for e in entries if isinstance(e, Mapping)]
 
     def _begin_turn(self, req: c.TurnRequest, now: float) -> None:
         assert self.pty is not None
@@ -392,28 +405,38 @@ class Host:
         new_markers = self._markers() - turn.markers
         if now >= self.next_log or new_markers:
             self.next_log = now + LOG_SCAN
-            lines, news = self._read_log()
+            lines, entries = self._read_log()
             if lines:
                 turn.log("".join(lines))
-            if news:
+            if entries:
+                turn.entries.extend(entries)
                 turn.last_change = now
-        if new_markers:
+        verdict = verdicts.turn_verdict(
+            markers=len(new_markers),
+            entries=turn.entries,
+            now=now,
+            last_change=turn.last_change,
+            deadline=None,  # the timeout is the host's: it interrupts the turn too
+            settle=self.spec.settle,
+        )
+        if verdict is not None and verdict.how == c.STOP_HOOK:
             self._end_turn(c.STOP_HOOK, "", now)
-        elif self.log.waiting and now - turn.last_change >= self.spec.settle:
-            self._end_turn(c.SESSION_LOG, f"the session log waited {self.spec.settle:g} s", now)
+        elif verdict is not None:
+            detail = f"the session log says {verdict.state} (quiet {self.spec.settle:g} s)"
+            self._end_turn(c.SESSION_LOG, detail, now, failed=verdict.state == "api_error")
         elif turn.deadline is not None and now >= turn.deadline:
             self._type(self.agent.interrupt_keys())
             self.ready = False
             self._end_turn(c.TIMEOUT, f"no end of turn within {turn.request.timeout:g} s", now)
 
-    def _end_turn(self, how: str, detail: str, now: float) -> None:
+    def _end_turn(self, how: str, detail: str, now: float, failed: bool = False) -> None:
         turn = self.turn
         if turn is None:
             return
         self.turn = None
         turn.result = self.log.last_text if how in c.COMPLETED_TURNS else None
         pid = self.pty.pid if self.pty is not None else None
-        record = turn.finish(how, detail, self.log.session_id, pid, self.log.usage)
+        record = turn.finish(how, detail, self.log.session_id, pid, self.log.usage, failed)
         self.done_jobs.add(turn.request.job_id)
         self.idle_since = now
         self.note(f"job={turn.request.job_id} turn={turn.number} ended={how}")

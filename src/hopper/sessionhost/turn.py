@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hopper.proc.rundir import RunDir
 from hopper.sessionhost.cast import Cast
@@ -69,7 +70,7 @@ class Turn:
     last_change: float = 0.0  # monotonic: when the agent's log last grew
     ended: str | None = None
     detail: str = ""
-    extra: dict[str, object] = field(default_factory=dict)
+    entries: list[Mapping[str, Any]] = field(default_factory=list)  # the log's, this turn
 
     @classmethod
     def begin(
@@ -113,6 +114,7 @@ class Turn:
         session_id: str | None,
         agent_pid: int | None,
         usage_after: Usage,
+        failed: bool = False,
     ) -> TurnEnd:
         """Write result.md and agent.json; the record :meth:`commit` then writes."""
         self.ended, self.detail = ended, detail
@@ -126,13 +128,14 @@ class Turn:
                 wrote_result = True
             except OSError:
                 pass
+        done = ended in COMPLETED_TURNS
         summary: dict[str, object] = {
-            "outcome": "succeeded" if ended in COMPLETED_TURNS else None,
+            "outcome": ("agent_error" if failed else "succeeded") if done else None,
             "detail": detail,
             "session_id": session_id,
             "turns": self.number,
             "usage": {k: v for k, v in usage.items() if v is not None and v >= 0},
-            "agent_state": "waiting_for_input" if ended in COMPLETED_TURNS else "idle",
+            "agent_state": ("api_error" if failed else "waiting_for_input") if done else "idle",
         }
         if wrote_result:
             summary["result_path"] = RESULT_FILE
