@@ -127,6 +127,9 @@ def cli(argv: list[str]) -> int:
         if not chunk:
             return 0
         buf += chunk
+        shown = chunk.split(b"\r")[0].replace(PASTE_START, b"").replace(PASTE_END, b"")
+        if shown and not shown.startswith(b"\x1b"):
+            os.write(1, shown)  # the echo a TUI draws of what was typed
         while b"\r" in buf:
             line, _, buf = buf.partition(b"\r")
             text = line.replace(PASTE_START, b"").replace(PASTE_END, b"").decode().strip()

@@ -59,6 +59,12 @@ REQUEST_SCAN = 0.25  # seconds between looks at requests/
 LOG_SCAN = 0.25  # seconds between reads of the agent's session log
 MEMORY_SCAN = 1.0
 SCREEN_TAIL = 16 * 1024
+READY_QUIET = 0.5  # seconds of no output before a message is typed (a screen drawn in pieces)
+# The Enter goes once the screen has answered the paste and been quiet this long (Claude
+# Code 2.1.197 probes the terminal after a paste and drops keys typed meanwhile) ...
+ENTER_QUIET = 0.8
+ENTER_MAX = 5.0  # ... or this long after the paste, quiet or not
+MARKER_GRACE = 3.0  # seconds after the Stop hook's marker for the log to show the answer
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -115,6 +121,7 @@ class Host:
         self.idle_since = now
         self.ready = False
         self.screen = bytearray()
+        self.last_output = now
         self.ladder = Ladder(grace=self.spec.grace)
         self.last_interrupt = -1e9
         self.next_requests = self.next_log = self.next_memory = now
@@ -210,6 +217,10 @@ class Host:
         due = [self.next_requests, self.next_memory]
         if self.turn is not None:
             due.append(self.next_log)
+            if self.turn.enter:
+                due.append(now + ENTER_QUIET / 2)
+            if self.turn.marker_at is not None:
+                due.append(self.turn.marker_at + MARKER_GRACE)
             if self.turn.deadline is not None:
                 due.append(self.turn.deadline)
         if self.ladder.due is not None:
@@ -267,6 +278,7 @@ class Host:
             return
         self.screen += data
         del self.screen[:-SCREEN_TAIL]
+        self.last_output = now
         if not any(not cl.read_only for cl in self.listener.attached()):
             replies = terminal_replies(data)  # a person's terminal answers for itself
             if replies:
@@ -355,7 +367,7 @@ class Host:
         if not self.ready and now - self.born >= READY_FALLBACK:
             self.note(f"the agent never looked ready in {READY_FALLBACK:.0f} s: typing anyway")
             self.ready = True
-        if not self.ready:
+        if not self.ready or now - self.last_output < READY_QUIET:
             return
         req = self._pending()
         if req is None:
@@ -395,15 +407,24 @@ class Host:
         turn.cast.output(bytes(self.screen[-4096:]), now)
         self.ready = False
         self.screen.clear()
-        self._type(self.agent.type_prompt(req.text))
+        keys = self.agent.type_prompt(req.text)
+        if keys.endswith(b"\r"):  # the paste first, its Enter once the screen has taken it
+            keys, turn.enter = keys[:-1], b"\r"
+        self._type(keys)
         self.save(state=c.BUSY, job=req.job_id, turns=number)
         self.note(f"job={req.job_id} turn={number} typed")
 
     def _watch_turn(self, now: float) -> None:
         turn = self.turn
         assert turn is not None
+        if turn.enter:
+            shown = self.last_output > turn.started
+            quiet = shown and now - self.last_output >= ENTER_QUIET
+            if quiet or now - turn.started >= ENTER_MAX:
+                self._type(turn.enter)
+                turn.enter = b""
         new_markers = self._markers() - turn.markers
-        if now >= self.next_log or new_markers:
+        if now >= self.next_log or (new_markers and turn.marker_at is None):
             self.next_log = now + LOG_SCAN
             lines, entries = self._read_log()
             if lines:
@@ -420,7 +441,13 @@ class Host:
             settle=self.spec.settle,
         )
         if verdict is not None and verdict.how == c.STOP_HOOK:
-            self._end_turn(c.STOP_HOOK, "", now)
+            # The hook may fire before the log has the answer: a moment for it to land.
+            if turn.marker_at is None:
+                turn.marker_at = now
+                self.next_log = now
+            answered = verdicts.agent_state(turn.entries, now, now, 0.0) == "waiting_for_input"
+            if answered or now - turn.marker_at >= MARKER_GRACE:
+                self._end_turn(c.STOP_HOOK, "", now)
         elif verdict is not None:
             detail = f"the session log says {verdict.state} (quiet {self.spec.settle:g} s)"
             self._end_turn(c.SESSION_LOG, detail, now, failed=verdict.state == "api_error")
@@ -433,8 +460,11 @@ class Host:
         turn = self.turn
         if turn is None:
             return
+        if self.pty is not None and self.pty.master >= 0:
+            self._output(now)  # what the terminal shows up to the end goes into the cast
         self.turn = None
-        turn.result = self.log.last_text if how in c.COMPLETED_TURNS else None
+        answer = verdicts.turn_result(turn.entries) or self.log.last_text
+        turn.result = answer if how in c.COMPLETED_TURNS else None
         pid = self.pty.pid if self.pty is not None else None
         record = turn.finish(how, detail, self.log.session_id, pid, self.log.usage, failed)
         self.done_jobs.add(turn.request.job_id)

@@ -68,6 +68,8 @@ class Turn:
     log_fd: int
     result: str | None = None
     last_change: float = 0.0  # monotonic: when the agent's log last grew
+    enter: bytes = b""  # the Enter still to type after the paste
+    marker_at: float | None = None  # monotonic: when the Stop hook's marker appeared
     ended: str | None = None
     detail: str = ""
     entries: list[Mapping[str, Any]] = field(default_factory=list)  # the log's, this turn

@@ -1,0 +1,144 @@
+"""Interactive Claude jobs end to end: a real watcher, the real pinned CLIs in a pty held by
+a session host, the scripted model server (issue 28's "Done when")."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from agentjobs import CLAUDES, agent_config, prompt, versioned
+
+from conftest import Watchers, drop
+from hopper.core.record import JobRecord
+from hopper.sessionhost import contract as c
+from hopper.store.jobfile import read_events, read_record
+from hopper.store.layout import Layout
+from modelserver import ModelServer, text, tool
+from waiting import poll_until
+
+WAIT = 120.0
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    d = tmp_path / "work"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def hosts(layout: Layout) -> Iterator[None]:
+    """Every session host under the root is ended after the test (SIGKILL to its group)."""
+    yield
+    for state_file in [*layout.root.glob("sessions/*/session.json"),
+                       *layout.root.glob("runs/*/session/session.json")]:  # fmt: skip
+        state = c.read_session(state_file.parent)
+        if state is not None:
+            try:
+                os.killpg(state.host_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def find(layout: Layout, name: str, states: tuple[str, ...]) -> JobRecord:
+    def look() -> JobRecord | None:
+        for run in layout.runs.iterdir():
+            try:
+                rec = read_record(run)
+            except Exception:
+                continue
+            if rec.name == name and rec.state in states:
+                return rec
+        return None
+
+    return poll_until(look, WAIT, f"job {name} {states}")
+
+
+def ended(layout: Layout, name: str) -> JobRecord:
+    return find(layout, name, ("succeeded", "failed", "aborted"))
+
+
+def setup(
+    agent_at: str, config_file: Path, tmp_path: Path, srv: ModelServer, **claude: object
+) -> str:
+    agent, versions = versioned(agent_at)
+    agent_config(
+        config_file, tmp_path, srv.url, claude={"mode": "interactive", **claude}, **versions
+    )
+    return agent
+
+
+@pytest.mark.parametrize("agent_at", CLAUDES)
+def test_an_interactive_job_runs_a_tool_call_and_succeeds(
+    agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
+    srv: ModelServer, work: Path, hosts: None,
+) -> None:  # fmt: skip
+    agent = setup(agent_at, config_file, tmp_path, srv)
+    srv.script([tool("touch made.txt"), text("Created made.txt.")])
+    drop(layout, "make", prompt(agent, "Create made.txt", workdir=str(work)))
+    watchers.start()
+    rec = ended(layout, "make")
+    run = layout.run_dir(rec.id)
+    assert (rec.state, rec.reason) == ("succeeded", "completed"), (
+        rec.detail,
+        (run / "job.log").read_text(),
+    )
+    assert rec.executor == "session" and rec.pid is not None
+    assert (work / "made.txt").exists()
+    assert (run / "result.md").read_text() == "Created made.txt.\n"
+    assert rec.session_id and rec.usage is not None and rec.usage.output_tokens
+    turn = c.read_turn_end(run)
+    assert turn is not None and turn.ended in (c.STOP_HOOK, c.SESSION_LOG)
+    assert (run / c.CAST_FILE).read_text().startswith('{"version": 2')
+    assert "touch made.txt" in (run / "job.log").read_text()
+
+
+@pytest.mark.parametrize("agent_at", CLAUDES[:1])
+def test_three_messages_run_in_order_in_one_claude_process(
+    agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
+    srv: ModelServer, work: Path, hosts: None,
+) -> None:  # fmt: skip
+    agent = setup(agent_at, config_file, tmp_path, srv)
+    srv.script([text("one"), text("two"), text("three")])
+    for i, word in enumerate(("first", "second", "third")):
+        drop(layout, f"m{i}", prompt(agent, f"Say {word}", session="chat", workdir=str(work)))
+    watchers.start()
+    recs = [ended(layout, f"m{i}") for i in range(3)]
+    assert [r.state for r in recs] == ["succeeded"] * 3, [r.detail for r in recs]
+    assert len({r.pid for r in recs}) == 1
+    assert [(layout.run_dir(r.id) / "result.md").read_text() for r in recs] == [
+        "one\n",
+        "two\n",
+        "three\n",
+    ]
+    bodies = [json.dumps(r.body) for r in srv.model_requests()]
+    first = [
+        next(i for i, b in enumerate(bodies) if f"Say {w}" in b)
+        for w in ("first", "second", "third")
+    ]
+    assert first == sorted(first), bodies  # typed in order, each once the last was answered
+
+
+@pytest.mark.parametrize("agent_at", CLAUDES[:1])
+def test_interrupt_ends_a_long_turn_and_the_next_message_runs_in_the_same_process(
+    agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
+    srv: ModelServer, work: Path, hosts: None, hopper,
+) -> None:  # fmt: skip
+    agent = setup(agent_at, config_file, tmp_path, srv)
+    srv.script([text("tick " * 200, delay=0.5, chunks=200), text("after")])
+    drop(layout, "long", prompt(agent, "Count slowly", session="chat", workdir=str(work)))
+    watchers.start()
+    rec = find(layout, "long", ("running",))
+    srv.wait_for_requests(1, WAIT)
+    out = hopper("interrupt", "chat")
+    assert out.returncode == 0, out.stderr
+    done = ended(layout, "long")
+    assert (done.state, done.reason) == ("aborted", "interrupted"), done.detail
+    drop(layout, "next", prompt(agent, "And now?", session="chat", workdir=str(work)))
+    after = ended(layout, "next")
+    assert after.state == "succeeded" and after.pid == rec.pid, after.detail
+    assert [e["event"] for e in read_events(layout.run_dir(done.id))].count("turn_ended") == 1
