@@ -142,3 +142,52 @@ def test_interrupt_ends_a_long_turn_and_the_next_message_runs_in_the_same_proces
     after = ended(layout, "next")
     assert after.state == "succeeded" and after.pid == rec.pid, after.detail
     assert [e["event"] for e in read_events(layout.run_dir(done.id))].count("turn_ended") == 1
+
+
+@pytest.mark.parametrize("agent_at", CLAUDES[:1])
+def test_an_idle_session_ends_and_the_next_message_resumes_the_conversation(
+    agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
+    srv: ModelServer, work: Path, hosts: None,
+) -> None:  # fmt: skip
+    agent = setup(agent_at, config_file, tmp_path, srv, session_idle="2s")
+    srv.script([text("noted"), text("it was 42")])
+    drop(layout, "a", prompt(agent, "Remember the number 42", session="chat", workdir=str(work)))
+    watchers.start()
+    first = ended(layout, "a")
+    assert first.state == "succeeded", first.detail
+    folder = layout.root / "sessions" / "chat"
+    poll_until(
+        lambda: (s := c.read_session(folder)) is not None and s.state == c.ENDED, WAIT, "idle end"
+    )
+    state = c.read_session(folder)
+    assert state is not None and state.ended_reason == c.ENDED_IDLE
+    assert state.session_id == first.session_id
+    drop(layout, "b", prompt(agent, "What was the number?", session="chat", workdir=str(work)))
+    second = ended(layout, "b")
+    assert second.state == "succeeded" and second.pid != first.pid, second.detail
+    assert second.session_id == first.session_id
+    last = json.dumps(srv.model_requests()[-1].body)
+    assert "Remember the number 42" in last  # the conversation went on
+
+
+@pytest.mark.parametrize("agent_at", CLAUDES[:1])
+def test_a_watcher_killed_mid_turn_loses_nothing(
+    agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
+    srv: ModelServer, work: Path, hosts: None,
+) -> None:  # fmt: skip
+    agent = setup(agent_at, config_file, tmp_path, srv)
+    srv.script([text("slow " * 20, delay=0.3, chunks=20), text("next")])
+    drop(layout, "long", prompt(agent, "Talk slowly", session="chat", workdir=str(work)))
+    first = watchers.start()
+    rec = find(layout, "long", ("running",))
+    srv.wait_for_requests(1, WAIT)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    watchers.start()
+    done = ended(layout, "long")
+    assert done.state == "succeeded" and done.pid == rec.pid, done.detail
+    assert (layout.run_dir(done.id) / "result.md").read_text().startswith("slow")
+    assert [e["event"] for e in read_events(layout.run_dir(done.id))].count("turn_ended") == 1
+    drop(layout, "next", prompt(agent, "Go on", session="chat", workdir=str(work)))
+    after = ended(layout, "next")
+    assert after.state == "succeeded" and after.pid == rec.pid, after.detail
