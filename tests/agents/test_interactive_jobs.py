@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from hopper.sessionhost import contract as c
 from hopper.store.jobfile import read_events, read_record
 from hopper.store.layout import Layout
 from modelserver import ModelServer, text, tool
+from test_watch_tmux import Tmux
 from waiting import poll_until
 
 WAIT = 120.0
@@ -191,3 +195,32 @@ def test_a_watcher_killed_mid_turn_loses_nothing(
     drop(layout, "next", prompt(agent, "Go on", session="chat", workdir=str(work)))
     after = ended(layout, "next")
     assert after.state == "succeeded" and after.pid == rec.pid, after.detail
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
+@pytest.mark.parametrize("agent_at", CLAUDES[:1])
+def test_attach_read_only_shows_the_live_claude_in_tmux(
+    agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
+    srv: ModelServer, work: Path, hosts: None,
+) -> None:  # fmt: skip
+    agent = setup(agent_at, config_file, tmp_path, srv)
+    srv.script([text("hello from claude")])
+    drop(layout, "hi", prompt(agent, "Say hello", session="chat", workdir=str(work)))
+    watchers.start()
+    assert ended(layout, "hi").state == "succeeded"
+    tmux = Tmux()
+    try:
+        cmd = shlex.join(
+            [sys.executable, "-m", "hopper", "attach", "chat", "--read-only",
+             "--root", str(layout.root), "--config", str(config_file)]
+        )  # fmt: skip
+        tmux("new-session", "-d", "-s", "w", "-x", "120", "-y", "40", "sh", "-c",
+             f"{cmd}; echo EXIT=$?; cat")  # fmt: skip
+        poll_until(lambda: "hello from claude" in tmux.screen(), WAIT, "Claude's screen")
+        tmux("send-keys", "-t", "w", "C-\\")
+        tmux("send-keys", "-t", "w", "d")
+        poll_until(lambda: "EXIT=0" in tmux.screen(), WAIT, "detached")
+        state = c.read_session(layout.root / "sessions" / "chat")
+        assert state is not None and state.live
+    finally:
+        tmux.kill()
