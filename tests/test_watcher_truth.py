@@ -99,11 +99,15 @@ def test_a_watcher_of_another_root_does_not_serve_this_one(
     assert result.returncode == 1
     assert check["status"] == "fail", check
     assert "no watcher serves this root: no heartbeat file" in check["message"]
-    assert re.search(  # other `hopper run`s on the host are listed too
-        rf"a hopper run process on this host \(pid [0-9, ]*\b{proc.pid}\b[0-9, ]*\) writes no "
+    # other `hopper run`s on the host are listed too: the first five, and how many more
+    # (on a busy machine ours may be past the fifth)
+    listed = re.search(
+        r"a hopper run process on this host \(pid ([0-9, ]+)( and \d+ more)?\) writes no "
         "heartbeat here: it serves another root",
         check["message"],
-    ), check["message"]
+    )
+    assert listed, check["message"]
+    assert str(proc.pid) in listed[1].split(", ") or listed[2], check["message"]
     assert "1 prompts wait in the inbox" in check["message"]
     # nor is the root degraded for a watcher of another root (doctor's process guess was
     # any `hopper run` on the host)

@@ -166,6 +166,8 @@ def _elsewhere(procs: list[tuple[int, list[str]]]) -> str:
     if not procs:
         return ""
     pids = ", ".join(str(pid) for pid, _ in procs[:5])
+    if len(procs) > 5:
+        pids += f" and {len(procs) - 5} more"
     return (
         f"; a hopper run process on this host (pid {pids}) writes no heartbeat here: "
         "it serves another root (its --root, $HOPPER_ROOT or config)"
@@ -213,6 +215,8 @@ def check_degraded(
     if not procs:
         return ok("degraded", "no watcher is up (see the watcher check)")
     pids = ", ".join(str(pid) for pid, _ in procs[:5])
+    if len(procs) > 5:
+        pids += f" and {len(procs) - 5} more"
     return Check(
         "degraded",
         "fail",
