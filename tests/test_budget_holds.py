@@ -18,7 +18,7 @@ from hopper.core.states import JobState, Reason
 from hopper.store import ledger
 from hopper.store.jobfile import read_events, read_record
 from hopper.store.layout import Layout
-from hopper.store.spend import SpendLedger
+from hopper.store.spend import SpendLedger, file_spends
 from hopper.watcher import Watcher
 from inprocess import FakeClock, FakeExecutor, exit_status, in_process, submit
 from test_webhook import Receiver, verify
@@ -263,3 +263,44 @@ def test_a_budget_reached_fires_its_hook_and_webhook_once_across_watchers(
 
 
 HOOK = "import sys; open(sys.argv[1], 'a').write('|'.join(sys.argv[2:]) + '\\n')"
+
+
+def test_a_start_looks_at_the_ledger_then_not_a_moment_before(layout: Layout) -> None:
+    """Another watcher's job spent the budget a moment ago (within CHECK_INTERVAL of this
+    watcher's last look): the agent job about to start is held all the same."""
+    clock = FakeClock()
+    at_noon_berlin(clock)
+    w, fake, clock = in_process(layout, clock, **BUDGETS, rescan_interval="0.001s")
+    turns(w, clock, 2)
+    assert w.starts.budgets.holds().budgets == ()  # looked: nothing spent
+    other_job = JobRecord(
+        id="20261126-105900-000-elsewhere-0001",
+        name="elsewhere",
+        state=JobState.SUCCEEDED,
+        reason=Reason.COMPLETED,
+        agent="claude",
+        host="other",
+        inbox_path="inbox/app/elsewhere.prompt.md",
+        group="app",
+        created_at=clock.now(),
+        finished_at=clock.now(),
+        usage=Usage(cost_usd=3.0),
+    )
+    file_spends(layout, [other_job])  # as the other watcher files it
+    submit(layout, clock, "mine", agent_prompt("mine"), "app")
+    for _ in range(20):  # a few turns, the clock never past CHECK_INTERVAL
+        clock.advance(0.005)
+        w.turn()
+        found = by_name_or_none(layout, "mine")
+        if found is not None and (found.waiting or fake.asked):
+            break
+    assert fake.asked == []
+    mine = by_name_or_none(layout, "mine")
+    assert mine is not None and (mine.waiting or "").startswith("waiting: group app spent $3.00")
+
+
+def by_name_or_none(layout: Layout, name: str) -> JobRecord | None:
+    try:
+        return by_name(layout, name)
+    except AssertionError:
+        return None

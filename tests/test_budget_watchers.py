@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from conftest import Watchers, drop, wait_for
@@ -15,6 +16,7 @@ from hopper.core.states import JobState
 from hopper.errors import JobFileCorrupt
 from hopper.store.jobfile import iter_run_dirs, read_record
 from hopper.store.layout import Layout
+from hopper.store.spend import SpendLedger
 
 AGENT = textwrap.dedent(
     """\
@@ -68,6 +70,9 @@ def test_two_watchers_start_no_agent_job_of_a_group_past_its_shared_budget(
         return all(jobs.get(n) == [f"{JobState.SUCCEEDED}:"] for n in names)
 
     wait_for(lambda: done(["spend1", "spend2"]), 60, "the two spending jobs")
+    # their spend is filed a moment after their terminal record (before the prompt moves)
+    day = datetime.now(UTC) - timedelta(days=1), datetime.now(UTC) + timedelta(days=1)
+    wait_for(lambda: len(SpendLedger(layout).spends(*day)) == 2, 30, "the spend in the ledger")
     for n in (3, 4, 5):
         drop(layout, f"late{n}", f'+++\nagent = "fake"\nname = "late{n}"\n+++\ngo\n', "app")
     drop(layout, "script", '+++\nagent = "bash"\nname = "script"\n+++\necho ran\n', "app")

@@ -3,9 +3,11 @@
 Each turn that schedules, :meth:`BudgetWatch.holds` gives the scheduler the
 budgets reached now (core/schedule.py holds their scopes' queued agent
 jobs). The spend comes from the root's shared ledger (store/spend.py), so
-a budget another watcher's jobs used up holds this watcher's jobs too; the
-ledger is looked at no more often than every :data:`CHECK_INTERVAL` seconds
-(a ``stat`` per day folder when nothing was filed). With no ``[budgets]``
+a budget another watcher's jobs used up holds this watcher's jobs too. The
+ledger is looked at every :data:`CHECK_INTERVAL` seconds (a ``stat`` per day
+folder when nothing was filed), at once after one of this watcher's jobs
+ended, and again just before an agent job under a budget starts, so a
+budget reached by another watcher's job a moment ago holds it. With no ``[budgets]``
 nothing is read at all.
 
 A budget that is reached is announced once per period, whichever watcher
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 
@@ -75,12 +77,21 @@ class BudgetWatch:
         self.zone = zone_of(self.budgets)
         self.ledger = SpendLedger(self.layout)
 
-    def holds(self) -> Holds:
-        """The budgets reached now (cached for CHECK_INTERVAL)."""
+    def covers_any(self, records: Iterable[JobRecord | None]) -> bool:
+        """Is any of these a job some budget covers (an agent job in a budgeted scope)?"""
+        if not self.rules:
+            return False
+        return any(
+            r is not None and any(rule.covers(r.agent, r.group, r.session) for rule in self.rules)
+            for r in records
+        )
+
+    def holds(self, *, fresh: bool = False) -> Holds:
+        """The budgets reached now (cached for CHECK_INTERVAL unless ``fresh``)."""
         if not self.rules:
             return self._holds
         mono = self.clock.monotonic()
-        if mono < self._next:
+        if mono < self._next and not fresh:
             return self._holds
         self._next = mono + CHECK_INTERVAL
         now = self.clock.now()

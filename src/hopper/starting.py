@@ -20,10 +20,11 @@ from hopper.budgetwatch import BudgetWatch
 from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core import lifecycle
+from hopper.core.budgets import Holds
 from hopper.core.lifecycle import Held, PriorityChange
 from hopper.core.queued import QueuedJobs
 from hopper.core.record import JobRecord
-from hopper.core.schedule import KnownJob, SlotLimits, schedule
+from hopper.core.schedule import Decision, KnownJob, SlotLimits, schedule
 from hopper.core.states import Reason
 from hopper.loopguard import LoopGuard
 from hopper.runner import QUEUED_VANISHED, Runner
@@ -107,21 +108,35 @@ class Starts:
         began = self.clock.monotonic()
         window = self.queued_window(full)
         mine = self.runner.active()
-        decision = schedule(
-            queued=window,
-            running=mine,
-            limits=self.limits,
-            pause=read_pause(
-                self.layout,
-                (r.group for r in window),
-                (r.session for r in window),  # on_error = pause
-            ),
-            known=self._known_jobs(),
-            now=self.clock.now(),
-            dependency_timeout=self.config.dependency_timeout,
-            elsewhere=self.scale.elsewhere(window, mine),  # slots other watchers hold
-            budgets=self.budgets.holds(),  # the root's spend ledger, every watcher's jobs
+        pause = read_pause(
+            self.layout,
+            (r.group for r in window),
+            (r.session for r in window),  # on_error = pause
         )
+        known = self._known_jobs()
+        elsewhere = self.scale.elsewhere(window, mine)  # slots other watchers hold
+
+        def decide(holds: Holds) -> Decision:
+            return schedule(
+                queued=window,
+                running=mine,
+                limits=self.limits,
+                pause=pause,
+                known=known,
+                now=self.clock.now(),
+                dependency_timeout=self.config.dependency_timeout,
+                elsewhere=elsewhere,
+                budgets=holds,  # the root's spend ledger, every watcher's jobs
+            )
+
+        holds = self.budgets.holds()
+        decision = decide(holds)
+        if self.budgets.covers_any(self.queued.get(i) for i in decision.start):
+            # An agent job under a budget is about to start: the ledger looked at now,
+            # not up to CHECK_INTERVAL ago (another watcher's job may just have spent it).
+            fresh = self.budgets.holds(fresh=True)
+            if fresh != holds:
+                decision = decide(fresh)
         self.paused = decision.paused
         self._mark_held(window, decision.held, set(decision.start), full)
         if full:  # the verdicts over the whole queue: at most a tenth of the loop too
