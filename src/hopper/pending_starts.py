@@ -7,6 +7,10 @@ reports later (a supervisor still setting up) waits in this set until
 commit (store/ledger.py: durable before anything acts on them) and releases
 each job to the runner. A start that fails costs its job, never the loop: the
 job is handed back to the runner's one ended path, its leases with it.
+
+Nothing here calls back into the runner: each call returns what happened
+(:class:`StartsDone`: released to run, never ran, back to the queue), and the
+runner carries it out.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from hopper.executors.protocol import (
     Report,
     Start,
     Starting,
+    executor_for,
 )
 from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
@@ -69,21 +74,32 @@ def cause_of(exc: BaseException) -> StartCause:
 
 
 @dataclass
+class StartsDone:
+    """What starts came to in one call, for the runner to carry out, in this order."""
+
+    released: list[Running] = field(default_factory=list)  # it runs: the runner tracks it
+    never_ran: list[Ended] = field(default_factory=list)  # filed by the runner, leased
+    handed_back: list[JobRecord] = field(default_factory=list)  # back to the queue
+    held: bool = True  # False: the job's leases are taken elsewhere (it stays queued)
+
+    def __bool__(self) -> bool:
+        return bool(self.released or self.never_ran or self.handed_back)
+
+
+@dataclass
 class PendingStarts:
     layout: Layout
     config: Config
     intake: Intake
     scale: ScaleOut  # the leases a start holds
     guard: LoopGuard  # one bad job never stops the loop
-    executor_for: Callable[[JobRecord], Executor]
-    released: Callable[[Running], None]  # it runs: the runner tracks it
-    never_ran: Callable[[Ended], None]  # it ends before it ran: the runner files it, leased
-    handed_back: Callable[[JobRecord], None]  # its executor deferred it: back to the queue
+    executors: Mapping[str, Executor]
     _starting: dict[str, Starting] = field(default_factory=dict)  # begun, not yet released
     lane: Lane = field(default_factory=lambda: Lane("workspace"))  # git worktree add, off the loop
     _ahead: Starting | None = None  # begun for the next job while every slot is busy
     _no_ahead: str | None = None  # the job whose start ahead failed: left to its real start
     _tries: dict[str, int] = field(default_factory=dict)  # job id -> failed starts in a row
+    _out: StartsDone = field(default_factory=StartsDone)  # what the call under way came to
 
     def __len__(self) -> int:
         return len(self._starting)
@@ -94,25 +110,31 @@ class PendingStarts:
     def records(self) -> list[JobRecord]:
         return [s.record for s in self._starting.values()]
 
-    def start(self, record: JobRecord) -> bool:
-        """Start a queued job under its executor; False if its leases are taken elsewhere.
+    def _taken(self) -> StartsDone:
+        """What the call under way came to; the next one starts afresh."""
+        out, self._out = self._out, StartsDone()
+        return out
+
+    def start(self, record: JobRecord) -> StartsDone:
+        """Start a queued job under its executor (``held`` False: its leases are
+        taken elsewhere).
 
         Whatever happens next (it runs, it waits for its executor, it is
-        rejected) is this method's to settle: it never raises.
+        rejected) is this method's to settle, in what it returns: it never raises.
         """
         ahead = self._take_ahead(record)
         if not self.scale.acquire(record):
             self._ahead = ahead  # kept for when a slot is ours
-            return False
+            return StartsDone(held=False)
         if ahead is not None:
             self._starting[record.id] = ahead  # its supervisor is (being) forked: settle goes on
             self.scale.starting.add(record.id)
-            return True
+            return self._taken()
         try:
             self._start(record)
         except Exception as exc:  # costs this job, never the loop
             self._start_failed(record, exc)
-        return True
+        return self._taken()
 
     # -- a start ahead: the next job's supervisor forked while the slots are busy ----------
     def start_ahead(self, record: JobRecord) -> None:
@@ -135,7 +157,7 @@ class PendingStarts:
         if record.workspace != "none":
             return
         try:
-            executor = self.executor_for(record)
+            executor = executor_for(self.executors, record)
         except ValueError:
             return  # no such executor in this watcher: its real start says so
         self._no_ahead = record.id  # until it is begun: a failure is not retried every turn
@@ -214,10 +236,9 @@ class PendingStarts:
         self._reject(record, run_dir, f"could not start{after}: {describe(exc)}{bug}")
 
     def _reject(self, record: JobRecord, run_dir: Path, detail: str) -> None:
-        def reject() -> None:
-            self.never_ran(Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, detail))
-
-        self.guard.step(f"reject:{record.id}", reject)
+        self._out.never_ran.append(
+            Ended(record, run_dir, How.REJECTED, Reason.SPAWN_FAILED, detail)
+        )
 
     def _try_again(
         self, record: JobRecord, exc: Exception, tries: int, delay: float
@@ -242,7 +263,7 @@ class PendingStarts:
                     delay,
                 )
             finally:
-                self.handed_back(queued)
+                self._out.handed_back.append(queued)
 
         return requeue
 
@@ -251,7 +272,7 @@ class PendingStarts:
         if self._tries.pop(job.record.id, None) is not None:
             self.guard.clear(f"start:{job.record.id}")
             self.guard.forget(f"requeue:{job.record.id}")
-        self.released(job)
+        self._out.released.append(job)
 
     def _start(self, record: JobRecord) -> None:
         run_dir = self.layout.run_dir(record.id)
@@ -269,9 +290,9 @@ class PendingStarts:
             self.scale.starting.add(record.id)  # its lease is in use, though it is queued
         elif isinstance(result, Deferred):
             self.scale.release(record)
-            self.handed_back(result.record)
+            self._out.handed_back.append(result.record)
         else:
-            self.never_ran(result)
+            self._out.never_ran.append(result)
 
     def _begin(self, record: JobRecord, run_dir: Path, *, workspace: bool = False) -> Start:
         """Prepare the launch and hand it to the executor (``workspace``: make the
@@ -281,7 +302,7 @@ class PendingStarts:
             return launch
         if record.id in self._tries:  # an abandoned start's supervisor may have left one
             (run_dir / EXIT_FILE).unlink(missing_ok=True)
-        return self.executor_for(record).start(launch)
+        return executor_for(self.executors, record).start(launch)
 
     def _launch(
         self, record: JobRecord, run_dir: Path, *, workspace: bool = True
@@ -301,13 +322,16 @@ class PendingStarts:
             return Ended(record, run_dir, How.REJECTED, Reason.LOST, exc.detail)
         return Launch(record, run_dir, ready.prep, ready.workdir, ready.env, ready.job_vars)
 
-    def settle(self, timeout: float = 0.0) -> None:
+    def settle(self, timeout: float = 0.0) -> StartsDone:
         """Finish the starts whose executors have reported (or whose deadline has
         passed): their ``running`` records are committed in one group commit
         (store/ledger.py: durable before anything acts on them), then each job
         is released. Waits up to ``timeout`` for the first report."""
-        if not self._starting:
-            return
+        if self._starting:
+            self._settle(timeout)
+        return self._taken()
+
+    def _settle(self, timeout: float) -> None:
         ready: list[Starting] = list(self._starting.values())
         try:
             ready = select.select(ready, [], [], timeout)[0]
@@ -329,10 +353,10 @@ class PendingStarts:
                 continue
             done.append(start.record.id)
             if isinstance(report, Ended):
-                self.guard.step(f"reject:{start.record.id}", self._never_ran(report))
+                self._out.never_ran.append(report)
             elif isinstance(report, Deferred):
                 self.scale.release(report.record)
-                self.guard.step(f"defer:{start.record.id}", self._back(report.record))
+                self._out.handed_back.append(report.record)
             elif report is not None:
                 entries.append((start, ledger.Entry(start.run_dir, report)))
         try:
@@ -353,18 +377,6 @@ class PendingStarts:
                 start.abandon()
                 self._start_failed(start.record, error)
 
-    def _back(self, record: JobRecord) -> Callable[[], None]:
-        def handle() -> None:
-            self.handed_back(record)
-
-        return handle
-
-    def _never_ran(self, end: Ended) -> Callable[[], None]:
-        def handle() -> None:
-            self.never_ran(end)
-
-        return handle
-
     def _report(self, start: Starting) -> Report | None:
         """A start's report; None if collecting it raised (the job is then rejected)."""
         try:
@@ -374,7 +386,7 @@ class PendingStarts:
             self._start_failed(start.record, exc)
             return None
 
-    def finish(self) -> None:
+    def finish(self) -> StartsDone:
         """Settle every start on its way (before recovery looks at the runs, or at exit);
         a start ahead is withdrawn (its job stays queued)."""
         if self._ahead is not None:
@@ -382,7 +394,8 @@ class PendingStarts:
         for start in self._starting.values():
             start.hurry()  # one waiting on an engine goes back to the queue
         while self._starting:
-            self.settle(timeout=0.05)
+            self._settle(timeout=0.05)
+        return self._taken()
 
     def close(self) -> None:
         """The watcher is going away (after :meth:`finish`): no more git on the lane."""

@@ -25,10 +25,10 @@ from hopper.core.lifecycle import Requeued, StopRequested
 from hopper.core.record import JobRecord
 from hopper.core.states import Reason, is_terminal
 from hopper.endings import Endings
-from hopper.executors.protocol import Ended, Executor, How, Starting, Tick
+from hopper.executors.protocol import Ended, Executor, How, Starting, Tick, executor_for
 from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
-from hopper.pending_starts import PendingStarts
+from hopper.pending_starts import PendingStarts, StartsDone
 from hopper.running import Running
 from hopper.running_watch import RunningWatch
 from hopper.scaleout import ScaleOut
@@ -76,15 +76,7 @@ class Runner:
 
     def __post_init__(self) -> None:
         self._starts = PendingStarts(
-            self.layout,
-            self.config,
-            self.intake,
-            self.scale,
-            self.guard,
-            self.executor_for,
-            self._track,
-            self._never_ran,
-            self._hand_back,
+            self.layout, self.config, self.intake, self.scale, self.guard, self.executors
         )
         self._watch = RunningWatch(
             self.layout.runs,
@@ -132,18 +124,19 @@ class Runner:
         else:
             self.ended(end, leased=True)
 
-    def _hand_back(self, record: JobRecord) -> None:
-        """A start its executor deferred: back to the queue."""
-        self._requeued.append(record)
+    def _carry_out(self, done: StartsDone) -> StartsDone:
+        """What starts came to (pending_starts.py): the released tracked, the deferred
+        back to the queue, the never-run filed (each alone: one failing costs only itself)."""
+        for job in done.released:
+            self._track(job)
+        self._requeued.extend(done.handed_back)
+        for end in done.never_ran:
+            self.guard.step(f"reject:{end.job_id}", partial(self._never_ran, end))
+        return done
 
     def executor_for(self, record: JobRecord) -> Executor:
-        try:
-            return self.executors[record.executor]
-        except KeyError:
-            raise ValueError(
-                f"job {record.id}: no executor {record.executor!r} in this watcher "
-                f"(it has {', '.join(sorted(self.executors))})"
-            ) from None
+        """The job's executor; ValueError (naming the ones there are) if this watcher has none."""
+        return executor_for(self.executors, record)
 
     # -- what the loop asks ---------------------------------------------------------
     def running_count(self) -> int:
@@ -183,7 +176,7 @@ class Runner:
     def start(self, record: JobRecord) -> bool:
         """Start a queued job under its executor (pending_starts.py); False if its
         leases are taken elsewhere. Never raises."""
-        return self._starts.start(record)
+        return self._carry_out(self._starts.start(record)).held
 
     @property
     def busy(self) -> int:
@@ -206,11 +199,11 @@ class Runner:
 
     def settle_starts(self, timeout: float = 0.0) -> None:
         """Release the starts that have reported, their records in one group commit."""
-        self._starts.settle(timeout)
+        self._carry_out(self._starts.settle(timeout))
 
     def finish_starts(self) -> None:
         """Settle every start on its way (before recovery looks at the runs, or at exit)."""
-        self._starts.finish()
+        self._carry_out(self._starts.finish())
 
     def waiting_on(self) -> list[Starting]:
         """What the loop's sleep should wake for besides its own pipe."""

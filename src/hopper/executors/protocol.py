@@ -269,3 +269,15 @@ class Executor(Protocol):
 
     def recovery(self) -> Recovery:
         """A recovery pass starts: what it asks this executor, fresh for the pass."""
+
+
+def executor_for(executors: Mapping[str, Executor], record: JobRecord) -> Executor:
+    """The job's executor among ``executors``; ValueError (naming the ones there are)
+    if there is none of its name."""
+    try:
+        return executors[record.executor]
+    except KeyError:
+        raise ValueError(
+            f"job {record.id}: no executor {record.executor!r} in this watcher "
+            f"(it has {', '.join(sorted(executors))})"
+        ) from None
