@@ -17,7 +17,6 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from hopper.agents.registry import driven
 from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core import lifecycle
@@ -84,9 +83,8 @@ class Runner:
             self.clock,
             self.guard,
             self._running,
-            self.request_stop,
-            self.taken,
-            partial(driven, self.endings.agents),
+            self.intake.ident.owner,
+            self.endings.agents,
         )
 
     def open(self) -> None:
@@ -239,7 +237,18 @@ class Runner:
             for job, reason in polled.stop:
                 if not job.stop_sent and job.record.id in self._running:
                     self.request_stop(job, reason)
-        self._watch.watch_all(tick, failed)
+        watched = self._watch.watch_all(tick, failed)
+        for job, holder in watched.handed_over:
+            self.guard.step(f"watch:{job.record.id}", partial(self._handed_over, job, holder))
+        for job, reason in watched.stop:
+            if job.stop_sent or job.record.id not in self._running:
+                continue
+            if not self.guard.step(
+                f"watch:{job.record.id}",
+                partial(self.request_stop, job, reason),
+                what=f"job={job.record.id} cannot be watched",
+            ):
+                failed.append(job)
         for job in failed:
             if run_dir_gone(job.run_dir):
                 self._vanished(job)  # deleted (or swapped for a link) under it: filed lost once
@@ -273,9 +282,13 @@ class Runner:
         holder = taken_by(job.run_dir, job.record.owner, self.intake.ident.owner)
         if holder is None:
             return False
+        self._handed_over(job, holder)
+        return True
+
+    def _handed_over(self, job: Running, holder: str) -> None:
+        """Another watcher (``holder``) owns the job now: drop it, touching nothing."""
         self.executor_for(job.record).forget(job)
         self.ended(Ended(job.record, job.run_dir, How.HANDED_OVER, detail=holder))
-        return True
 
     def request_stop(self, job: Running, reason: Reason) -> None:
         """Record why, then ask the executor to stop the job (it escalates to SIGKILL)."""
