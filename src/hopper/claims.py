@@ -7,8 +7,9 @@ place, once it has not changed for ``settle`` seconds and no process holds it
 open for writing (store/inbox_settle.py: a prompt written in two steps is
 claimed once, whole). Complete prompts wait in a backlog
 (store/inbox_backlog.py) and are claimed at most CLAIM_BATCH (or CLAIM_BUDGET
-seconds' worth) per turn, so starts and exits never wait behind a flood; what
-a claim yields goes to ``claimed``.
+seconds' worth) per turn, so starts and exits never wait behind a flood; a
+turn returns the records its claims yielded (queued, or filed at claim), for the
+watcher to queue or finish.
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ class Claims:
         events: InboxEvents,
         *,
         keepalive: Callable[[], None],
-        claimed: Callable[[JobRecord], None],
     ) -> None:
         self.layout = layout
         self.config = config
@@ -58,7 +58,6 @@ class Claims:
         self.intake = intake
         self.events = events
         self.keepalive = keepalive  # heartbeat and WATCHDOG=1 inside a long batch
-        self.claimed = claimed  # a claimed record: queued, or filed at claim (rejected)
         self.backlog = Backlog()  # complete prompts not yet claimed, and their claim order
         self.skipped: set[Path] = set()  # logged once, not claimable
         self.waiting = Settling(config.settle)  # written in place, not yet still for `settle`
@@ -76,7 +75,9 @@ class Claims:
             and not any(c.path not in self.skipped for c in scan(self.layout.inbox))
         )
 
-    def turn(self) -> None:
+    def turn(self) -> list[JobRecord]:
+        """Hints and rescans turned into complete prompts; a batch of them claimed:
+        the records they yielded (queued, or filed at claim: rejected)."""
         complete, pending, rescan = self.events.drain()
         inbox = self.layout.inbox
         mono = self.clock.monotonic()
@@ -92,21 +93,23 @@ class Claims:
             self.rescan(full=rescan or mono >= self.next_rescan)
         elif rescan:
             self.next_rescan = 0.0  # after the backlog is claimed
-        self._claim_batch()
+        return self._claim_batch()
 
-    def _claim_batch(self) -> None:
+    def _claim_batch(self) -> list[JobRecord]:
         """Claim at most CLAIM_BATCH prompts (or CLAIM_BUDGET seconds' worth) from the
         backlog, pinging as we go; a prompt dropped during a flood comes in the next batch."""
         deadline = self.clock.monotonic() + CLAIM_BUDGET
+        claimed: list[JobRecord] = []
         for path in self.backlog.batch(CLAIM_BATCH):
             self.guard.step(
                 f"claim:{path}",
-                lambda path=path: self._take(path),  # type: ignore[misc]
+                lambda path=path: self._take(path, claimed),  # type: ignore[misc]
                 what=f"cannot claim {path} (retried at the next rescan)",
             )
             self.keepalive()
             if self.clock.monotonic() >= deadline:
                 break
+        return claimed
 
     def rescan(self, *, full: bool) -> None:
         """Claim what is complete: the whole inbox, or (``full=False``) just the
@@ -142,14 +145,14 @@ class Claims:
         # Every still candidate, not only young ones: a writer may pause longer than `settle`.
         return open_for_writing({c.path for c in still}) if still else set()
 
-    def _take(self, path: Path) -> None:
+    def _take(self, path: Path, claimed: list[JobRecord]) -> None:
         try:
             record = self.intake.take(path)
         except ClaimFailed as exc:
             self._skip(path, str(exc))
             return
         if record is not None:
-            self.claimed(record)
+            claimed.append(record)
 
     def _skip(self, path: Path, why: str) -> None:
         if path not in self.skipped:

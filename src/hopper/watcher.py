@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -120,7 +121,6 @@ class Watcher:
             self.intake,
             self.events,
             keepalive=self._keepalive,
-            claimed=self._claimed,
         )
         self.starts = Starts(
             layout,
@@ -258,7 +258,7 @@ class Watcher:
         if self.flags.stop:
             self._guarded("stop", self._begin_stop)
         elif self.degraded is None:  # a full or read-only root: claim and start nothing
-            self._guarded("intake", self.claims.turn)
+            self._guarded("intake", self._intake)
             self._guarded("start", self.starts.start_queued)
             if self.clock.monotonic() >= self._next_reconcile:
                 self._guarded("reconcile", self._reconcile)
@@ -335,6 +335,11 @@ class Watcher:
         """Inside a long step: heartbeat and WATCHDOG=1 when due (two clock reads otherwise)."""
         self._guarded("beat", self._beat)
         self._notify()
+
+    def _intake(self) -> None:
+        """Claim a batch; each record it yielded queued, or (filed at claim) finished."""
+        for record in self.claims.turn():
+            self.guard.step(f"claimed:{record.id}", partial(self._claimed, record))
 
     def _claimed(self, record: JobRecord) -> None:
         if record.reason is None:
