@@ -45,15 +45,6 @@ QUEUED_VANISHED = (
 SWEEP_INTERVAL = 0.5  # seconds between checks of ABORT markers and adopted supervisors
 
 
-def holder_for(owner: str) -> Callable[[Running], str | None]:
-    """Who took a job over from ``owner`` (this watcher) while it was silent, if anyone."""
-
-    def holder(job: Running) -> str | None:
-        return taken_by(job.run_dir, job.record.owner, owner)
-
-    return holder
-
-
 @dataclass
 class Runner:
     layout: Layout

@@ -44,7 +44,7 @@ from hopper.intake import Intake
 from hopper.loopguard import LoopGuard, is_unwritable
 from hopper.proc import identity
 from hopper.reconcile import FiledRuns, reconcile
-from hopper.runner import Runner, holder_for
+from hopper.runner import Runner
 from hopper.scaleout import ScaleOut
 from hopper.sdnotify import Notifier
 from hopper.starting import Starts
@@ -98,7 +98,6 @@ class Watcher:
                 self.ident.host,
                 self.ident.owner,
                 self.guard,
-                holder_for(self.ident.owner),
                 agents,
                 wake=self.waker.wake,  # an engine command answered off the loop
                 keepalive=self._keepalive,  # recovery waiting on an engine

@@ -51,7 +51,9 @@ choices). What each method must guarantee:
   (jobs keep running; lanes are closed, hung calls killed).
 
 What only your executor keeps per job goes in ``Running.held`` (opaque to the
-shell). Why the recovery methods are not folded into ``adopt`` and ``poll``: a
+shell). The :class:`Context` is values, but for two calls an executor makes
+back: ``wake`` (from a lane's thread, when an engine answered) and
+``keepalive`` (while recovery waits on an engine, so heartbeats go on). Why the recovery methods are not folded into ``adopt`` and ``poll``: a
 job found finished after a restart is ended without being adopted (no
 ``adopted`` record, which would claim it runs), and ``observe`` must run before
 the pure decision, ``clear`` and ``settle`` after it.
@@ -77,6 +79,7 @@ from hopper.loopguard import LoopGuard
 from hopper.proc.forkclient import ForkServer
 from hopper.running import Running
 from hopper.store.layout import Layout
+from hopper.store.takeover import taken_by
 
 
 class How(StrEnum):
@@ -214,8 +217,6 @@ class Context:
     host: str
     owner: str  # this watcher's owner string (host:pid:start)
     guard: LoopGuard  # one bad job never stops the loop (each failure logged once)
-    # Who took this job over while we were silent, if anyone (checked before any write).
-    holder: Callable[[Running], str | None]
     agents: Mapping[str, Agent]  # by name (whether a driver runs a job's agent)
     # Forks the supervisors of every executor that runs them here (local, container).
     fork_server: ForkServer = field(default_factory=ForkServer)
@@ -223,6 +224,10 @@ class Context:
     wake: Callable[[], None] = field(default=lambda: None)
     # Heartbeat and WATCHDOG=1 when due: called while recovery waits on an engine.
     keepalive: Callable[[], None] = field(default=lambda: None)
+
+    def holder(self, job: Running) -> str | None:
+        """Who took ``job`` over while we were silent, if anyone (check before any write)."""
+        return taken_by(job.run_dir, job.record.owner, self.owner)
 
 
 class Recovery(Protocol):
