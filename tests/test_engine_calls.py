@@ -20,6 +20,7 @@ from hopper.core.states import Reason
 from hopper.executors.calls import Lane, run_command, wait_alive
 from hopper.executors.container_runner import ContainerExecutor, ImageCheck
 from hopper.executors.protocol import Deferred, Ended, Launch
+from hopper.executors.session import SessionExecutor
 from hopper.executors.slurm_runner import SlurmExecutor
 from hopper.executors.slurm_start import SlurmStart
 
@@ -161,12 +162,12 @@ def test_an_image_check_still_running_at_its_deadline_fails_its_job(tmp_path: Pa
     assert report.detail == "the image check did not finish within 60s (its engine call hung)"
 
 
-@pytest.mark.parametrize("kind", [ContainerExecutor, SlurmExecutor])
+@pytest.mark.parametrize("kind", [ContainerExecutor, SlurmExecutor, SessionExecutor])
 def test_an_executor_that_calls_an_engine_never_begins_a_start_ahead(
     kind: type, tmp_path: Path
 ) -> None:
     """A start ahead must record and make nothing a withdraw cannot undo: a
-    submission or an image check is real work, so the answer is Deferred (the
+    submission, an image check or a session host is real work, so the answer is Deferred (the
     job stays queued, as it is) and nothing reaches the engine's lane."""
     ctx = SimpleNamespace(
         config=Config(), clock=None, wake=lambda: None, keepalive=lambda: None, fork_server=None

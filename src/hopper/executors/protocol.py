@@ -53,7 +53,9 @@ choices). What each method must guarantee:
 What only your executor keeps per job goes in ``Running.held`` (opaque to the
 shell). The :class:`Context` is values, but for two calls an executor makes
 back: ``wake`` (from a lane's thread, when an engine answered) and
-``keepalive`` (while recovery waits on an engine, so heartbeats go on). Why the recovery methods are not folded into ``adopt`` and ``poll``: a
+``keepalive`` (while recovery waits on an engine, so heartbeats go on).
+
+Why the recovery methods are not folded into ``adopt`` and ``poll``: a
 job found finished after a restart is ended without being adopted (no
 ``adopted`` record, which would claim it runs), and ``observe`` must run before
 the pure decision, ``clear`` and ``settle`` after it.

@@ -28,7 +28,7 @@ from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import RunSnapshot
 from hopper.core.states import Reason
 from hopper.executors.calls import Lane
-from hopper.executors.protocol import Context, Ended, How, Launch, Polled, Start, Tick
+from hopper.executors.protocol import Context, Deferred, Ended, How, Launch, Polled, Start, Tick
 from hopper.executors.session_start import (
     HostPlan,
     SessionStart,
@@ -74,6 +74,8 @@ class SessionExecutor:
     # -- start ----------------------------------------------------------------------
     def start(self, launch: Launch) -> Start:
         record, run_dir = launch.record, launch.run_dir
+        if launch.ahead:
+            return Deferred(record)  # a session host is real work: started with a slot only
         try:
             agent_spec, text = message_of(launch.prep.files, SPEC_FILE, PROMPT_BODY_FILE)
         except (KeyError, ValueError) as exc:
