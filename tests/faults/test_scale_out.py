@@ -39,6 +39,16 @@ def timed_job(ledger: Path, spans: Path, token: str, seconds: float, retries: in
     )
 
 
+def gated_job(ledger: Path, token: str, gate: Path, retries: int = 0) -> str:
+    """Runs until ``gate`` exists (a 120 s deadline): still running whenever the test kills."""
+    return (
+        f'+++\nagent = "bash"\nretries = {retries}\n+++\n'
+        f"echo {token} >> {ledger}\n"
+        f"for _ in $(seq 1200); do [ -e {gate} ] && exit 0; sleep 0.1; done\n"
+        "exit 7\n"
+    )
+
+
 def max_overlap(spans: Path) -> int:
     edges = []
     for line in spans.read_text().splitlines():
@@ -139,12 +149,12 @@ def test_a_dead_hosts_jobs_are_taken_over_exactly_once(
     layout: Layout, config_file: Path, watchers: Watchers, tmp_path: Path
 ) -> None:
     config_file.write_text(config_file.read_text() + SCALE_CONFIG + "max_parallel = 4\n")
-    ledger, spans = layout.root / "ledger", tmp_path / "spans"
+    ledger, gate = layout.root / "ledger", tmp_path / "gate"
     tokens = [f"d{i:02d}" for i in range(6)]
     victim = watchers.start("--host-id", "h1", stderr=tmp_path / "h1.log")
     wait_for(lambda: (layout.state_dir / "watchers").exists(), what="h1 beat")
     for i, token in enumerate(tokens):
-        drop(layout, token, timed_job(ledger, spans, token, 6, retries=i % 2))
+        drop(layout, token, gated_job(ledger, token, gate, retries=i % 2))
     wait_for(
         lambda: sum(r.state is JobState.RUNNING for r in records(layout)) == 4,
         what="h1 running four jobs",
@@ -156,6 +166,7 @@ def test_a_dead_hosts_jobs_are_taken_over_exactly_once(
     running_at_kill = {r.id for r in records(layout) if r.state is JobState.RUNNING}
     killed = kill_host(victim.pid)
     died = time.monotonic()
+    gate.touch()  # the jobs h1 ran are dead by now; the rest may end
     wait_for(lambda: all_terminal(layout, len(tokens)), timeout=90, what="all jobs terminal")
     recovered = time.monotonic() - died
 
