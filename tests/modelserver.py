@@ -65,7 +65,8 @@ Side requests: Claude Code 2.1.197 in interactive mode asks the model for a sess
 title (a request with no tools whose ``output_config.format`` is a JSON schema
 requiring ``title``) at the same moment as the turn's own request. It is answered
 ``{"title": "Scripted session"}`` without taking a scripted turn, so its ``turn``
-is None and ``model_requests()`` leaves it out (``srv.requests`` keeps it).
+is None and ``model_requests()`` leaves it out (``srv.requests`` keeps it), and its
+stream's deltas are not counted in ``deltas_sent``.
 """
 
 from __future__ import annotations
@@ -369,6 +370,7 @@ class ModelServer:
 class _Handler(BaseHTTPRequestHandler):
     srv: ModelServer
     protocol_version = "HTTP/1.1"
+    side_request = False  # a title request: its deltas are not counted
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -406,7 +408,7 @@ class _Handler(BaseHTTPRequestHandler):
         if delay and self.srv.stopping.wait(delay):
             return  # the server is stopping: the client is not waiting for this any more
         self.wfile.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
-        if name.endswith("delta") and name != "message_delta":
+        if name.endswith("delta") and name != "message_delta" and not self.side_request:
             self.srv._delta_sent()
         self.wfile.flush()
 
@@ -441,6 +443,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if api == "anthropic" and _is_title_request(body):
             self._record(body, False)
+            self.side_request = True
             self._anthropic(body, text(TITLE_REPLY))
             return
         turn = self._record(body, True)

@@ -163,10 +163,10 @@ def test_other_agents_have_no_interactive_mode() -> None:
 
 
 def test_a_prompt_is_one_paste_and_enter_with_no_way_out_of_the_paste() -> None:
-    assert typed("hello\nworld") == b"\x1b[200~hello\nworld\x1b[201~\r"
+    assert typed("hello\nworld") == b"\x15\x1b[200~hello\nworld\x1b[201~\r"
     hostile = "a\x1b[201~\x03\rb\x1b"
-    assert typed(hostile) == b"\x1b[200~a[201~\nb\x1b[201~\r"
-    assert typed("é ✓") == "\x1b[200~é ✓\x1b[201~\r".encode()
+    assert typed(hostile) == b"\x15\x1b[200~a[201~\nb\x1b[201~\r"
+    assert typed("é ✓") == "\x15\x1b[200~é ✓\x1b[201~\r".encode()
 
 
 READY_330 = (

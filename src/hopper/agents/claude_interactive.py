@@ -19,9 +19,17 @@ Standard library only (the session host imports it). Tried with the pinned
   one message's blocks may come as several entries with the same
   ``message.id``), ``system`` entries (``stop_hook_summary``, ``turn_duration``)
   and bookkeeping lines. No cost is written there.
-* A prompt is typed as one bracketed paste, then Enter (CR). Esc interrupts a
-  turn: the log gets a user entry "[Request interrupted by user]" and the CLI
-  waits for input again.
+* A prompt is typed as one bracketed paste, then Enter (CR). 2.1.197 takes an
+  Enter that comes in the same read as the paste into the paste (the prompt
+  sits there unsent), so Enter is pressed again a moment later; an Enter on an
+  empty prompt does nothing. 2.1.197 also probes the terminal (DA1, XTVERSION,
+  DECRQM) a second after drawing its prompt and drops what is typed before the
+  answers (or their time-out): the host answers them (``terminal_replies``) and
+  waits for a quiet screen before typing. Esc interrupts a turn; one interrupted
+  before the answer shows puts the prompt back in the input box ("Esc again to
+  clear"), so a typed prompt starts with Ctrl+U (clear the line); one
+  interrupted mid-answer logs a user entry "[Request interrupted by user]".
+  Either way no Stop hook fires and the CLI waits for input again.
 * ``--session-id <uuid>`` names a new conversation, ``--resume <id>`` goes on
   with one in a new process (same id, same log), in the same workdir.
 * 2.1.197 asks the model for a session title beside the first turn's request.
@@ -48,6 +56,7 @@ from hopper.store.atomic import write_atomic
 SETTINGS_FILE = "claude-settings.json"
 PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
 ENTER = b"\r"
+CLEAR_LINE = b"\x15"  # Ctrl+U: what an interrupt put back in the input box goes
 ESCAPE = b"\x1b"
 # Control characters a prompt may not carry into the terminal (all but \t and \n):
 # an ESC could end the paste early and type keys.
@@ -122,6 +131,10 @@ class ClaudeInteractive:
         """``text`` as one bracketed paste, then Enter."""
         return typed(text)
 
+    def submit_keys(self) -> bytes:
+        """Enter again, a moment after the paste (see InteractiveAgent.submit_keys)."""
+        return ENTER
+
     def interrupt_keys(self) -> bytes:
         return ESCAPE
 
@@ -148,9 +161,10 @@ def hook_entry() -> dict[str, Any]:
 
 
 def typed(text: str) -> bytes:
-    """The bytes that type ``text`` as one paste and press Enter (controls dropped)."""
+    """The bytes that clear the input line, type ``text`` as one paste and press Enter
+    (control characters dropped)."""
     clean = _CONTROLS.sub("", text.replace("\r\n", "\n").replace("\r", "\n")).strip("\n")
-    return PASTE_START + clean.encode() + PASTE_END + ENTER
+    return CLEAR_LINE + PASTE_START + clean.encode() + PASTE_END + ENTER
 
 
 def screen_text(tail: bytes) -> str:

@@ -24,12 +24,21 @@ from hopper.agents.claude_interactive import ClaudeInteractive
 from hopper.agents.sessionlog import LogSlice
 from hopper.errors import HopperError
 
-__all__ = ["InteractiveAgent", "LogSlice", "NotInteractive", "agent_for", "terminal_replies"]
+__all__ = [
+    "SUBMIT_GAP",
+    "InteractiveAgent",
+    "LogSlice",
+    "NotInteractive",
+    "agent_for",
+    "terminal_replies",
+]
 
 # Queries a TUI sends its terminal, and what hopper answers while no person's
 # terminal is attached to answer them (Claude Code 2.1.197 probes the terminal after
 # drawing its prompt and drops keys typed before the answers come).
 _QUERIES = re.compile(rb"\x1b\[(?:>0?q|0?c|\?(\d+)\$p|6n)")
+# Seconds between type_prompt's bytes and submit_keys'.
+SUBMIT_GAP = 0.3
 _DA1 = b"\x1b[?62;22c"  # a VT220-class terminal with ANSI colour
 _XTVERSION = b"\x1bP>|hopper\x1b\\"
 
@@ -65,7 +74,14 @@ class InteractiveAgent(Protocol):
         ...
 
     def type_prompt(self, text: str) -> bytes:
-        """The bytes to write to the PTY: ``text`` as one bracketed paste, then Enter."""
+        """The bytes to write to the PTY: ``text`` as one bracketed paste, then Enter.
+        Then write :meth:`submit_keys` again ``SUBMIT_GAP`` seconds later."""
+        ...
+
+    def submit_keys(self) -> bytes:
+        """Enter once more, written ``SUBMIT_GAP`` seconds after :meth:`type_prompt`'s
+        bytes: Claude Code 2.1.197 takes an Enter that arrives with the paste as part
+        of it; an Enter on an empty prompt does nothing (2.1.330 took the first)."""
         ...
 
     def interrupt_keys(self) -> bytes:
