@@ -3,6 +3,7 @@ global schedule counts, exclusive creation, slot leases and takeover markers."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from dataclasses import replace
@@ -176,7 +177,45 @@ def test_a_lease_released_by_name_reads_no_other_and_spares_a_retaken_slot(
     leases.release_taken("j2", j2)
     assert [lease.job_id for lease in leases.holders("all", 0.0)] == ["j3"]
     assert leases.count(scopes[1].name) == 0
-    assert not [n for n in os.listdir(j2[0].parent) if n.startswith(".")]  # nothing left aside
+    left = [n for n in os.listdir(j2[0].parent) if n.startswith(".")]
+    assert all(n.startswith(".spare.") for n in left), left  # nothing left aside but spares
+
+
+def test_a_released_lease_file_is_reused_for_the_next_lease_not_made_anew(
+    tmp_path: Path,
+) -> None:
+    """A lease's file is kept as this watcher's spare once released: the next lease
+    rewrites it in place (padded if shorter, still a readable lease) and links it;
+    close() removes the spares, and the leases still held stay."""
+    leases = SlotLeases(Layout(tmp_path), "h:1:1.0", "h")
+    scopes = [Scope("all", 2)]
+    first = leases.acquire("a-long-job-id", scopes, 0.0, lambda _: True)
+    assert first is not None
+    inode = first[0].stat().st_ino
+    leases.release_taken("a-long-job-id", first)
+    assert leases.count("all") == 0
+    again = leases.acquire("j2", scopes, 0.0, lambda _: True)
+    assert again is not None
+    assert again[0].stat().st_ino == inode  # the same file, no new inode
+    assert [(h.job_id, h.owner) for h in leases.holders("all", 0.0)] == [("j2", "h:1:1.0")]
+    spares = [n for n in os.listdir(again[0].parent) if n.startswith(".spare.")]
+    assert len(spares) == 1
+    leases.close()
+    assert not [n for n in os.listdir(again[0].parent) if n.startswith(".spare.")]
+    assert [h.job_id for h in leases.holders("all", 0.0)] == ["j2"]
+
+
+def test_a_spare_still_linked_elsewhere_is_removed_not_rewritten(tmp_path: Path) -> None:
+    """A lease our release could not remove (it names another job now: reclaimed and
+    retaken, or put back) keeps its file: our spare of it is dropped, never rewritten."""
+    leases = SlotLeases(Layout(tmp_path), "h:1:1.0", "h")
+    held = leases.acquire("j1", [Scope("all", 1)], 0.0, lambda _: True)
+    assert held is not None
+    other = held[0].with_name("kept")
+    os.link(held[0], other)  # a second name for the lease's file (as a reclaim aside is)
+    leases.release_taken("j1", held)
+    assert not [n for n in os.listdir(held[0].parent) if n.startswith(".spare.")]
+    assert json.loads(other.read_bytes())["job"] == "j1"  # untouched
 
 
 def test_a_lease_in_every_scope_or_none(tmp_path: Path) -> None:

@@ -136,7 +136,9 @@ class ScaleOut:
         return HostView(self.beats, self.dead_after, self.clock.monotonic() - self._since)
 
     def close(self, running_left: int) -> None:
-        """A clean exit: remove our heartbeat, or mark it stopped if jobs keep running."""
+        """A clean exit: remove our heartbeat, or mark it stopped if jobs keep running;
+        remove our lease spares (store/leases.py)."""
+        self.leases.close()
         if running_left:
             self._write_beat(running_left, 0, stopped=True)
         else:

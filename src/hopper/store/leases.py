@@ -12,7 +12,20 @@ recipe of open(2): if the reply is lost and retransmitted, a link count of 2
 on the temporary file says we won after all).
 
 A lease names its job, the watcher (owner) and host that took it. It is
-released (unlinked) when the job leaves the running state; one that was
+released (unlinked) when the job leaves the running state. The file a lease
+was linked from is kept as a hidden *spare* of this watcher
+(``.spare.<pid>.<random>``, skipped like every dot-name): once this watcher
+has released the lease, the spare is rewritten for its next lease and linked
+again, so a watcher makes no new file per lease once it has as many spares as
+it holds leases (a new file costs 120-570 µs of CPU on ext4;
+docs/performance.md, "New files per job"). A spare whose lease was removed by
+another watcher is deleted, not reused; a watcher deletes its spares when it
+stops; a crashed one's stay, a few bytes each. Another watcher that read a
+released lease an instant before its rewrite may read the new text: a lease
+it cannot parse names no job, and its reclaim, rename-first, puts back any
+lease it did not mean to take.
+
+A lease that was
 never released (a crash, a dead host) goes stale and is reclaimed when a
 watcher finds the scope full. Reclaiming renames the lease aside first, so
 of two reclaimers only one wins. Counting a scope is one directory listing,
@@ -117,6 +130,9 @@ class SlotLeases:
         self.base = layout.state_dir / SLOTS_DIR
         self.owner = owner
         self.host = host
+        self._spares: dict[Path, list[Path]] = {}  # scope folder -> our free spares
+        self._spare_of: dict[Path, Path] = {}  # a lease we hold -> the spare it was linked from
+        self._size: dict[Path, int] = {}  # a spare -> the length of what it holds
 
     def _dir(self, scope: str) -> Path:
         return self.base / scope
@@ -157,7 +173,9 @@ class SlotLeases:
 
     def _acquire_one(self, job_id: str, scope: Scope, now: float, valid: Validity) -> Path | None:
         folder = self._dir(scope.name)
-        folder.mkdir(parents=True, exist_ok=True)
+        if folder not in self._spares:  # made once: a failing mkdir per lease costs too
+            folder.mkdir(parents=True, exist_ok=True)
+            self._spares[folder] = []
         held = self.holders(scope.name, now)
         for lease in held:
             if lease.job_id == job_id:
@@ -169,7 +187,7 @@ class SlotLeases:
                 if str(n) in used:
                     continue
                 path = folder / str(n)
-                if create_exclusive(path, data):
+                if self._create(path, data):
                     return path
             if attempt == 0 and not self.sweep(scope.name, now, valid, held):
                 return None
@@ -185,6 +203,7 @@ class SlotLeases:
             if valid(lease):
                 continue
             if _reclaim(lease):
+                self._freed(lease.path)
                 reclaimed += 1
                 log.info("reclaimed a stale lease %s (job %s)", lease.path, lease.job_id)
         return reclaimed
@@ -195,12 +214,14 @@ class SlotLeases:
                 path.unlink()
             except FileNotFoundError:
                 pass
+            self._freed(path)
 
     def release_taken(self, job_id: str, paths: Iterable[Path]) -> None:
         """Drop the leases :meth:`acquire` gave ``job_id``, by name: each is removed
         only if it still names the job (:func:`_reclaim`), no other lease is read."""
         for path in paths:
             _reclaim(Lease(path, job_id, self.owner, self.host, 0.0))
+            self._freed(path)
 
     def release_job(self, job_id: str, scopes: Iterable[str], now: float) -> None:
         """Drop every lease ``job_id`` holds in ``scopes`` (reads at most a limit's files)."""
@@ -208,6 +229,75 @@ class SlotLeases:
             for lease in self.holders(scope, now):
                 if lease.job_id == job_id:
                     _reclaim(lease)
+                    self._freed(lease.path)
+
+    def close(self) -> None:
+        """Remove this watcher's spares (the leases still held stay)."""
+        for spare in [*self._spare_of.values(), *(p for f in self._spares.values() for p in f)]:
+            spare.unlink(missing_ok=True)
+        self._spares.clear()
+        self._spare_of.clear()
+        self._size.clear()
+
+    def _create(self, path: Path, data: bytes) -> bool:
+        """:func:`create_exclusive` through this watcher's spares: a free one is rewritten
+        and linked at ``path``; a new file only when none is free. True if we made it."""
+        free = self._spares.get(path.parent)
+        spare = free.pop() if free else None
+        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        if spare is not None:
+            # Overwritten, never truncated (a truncate waits on ext4's journal):
+            # a shorter text is padded with spaces, which JSON ignores.
+            data = data.ljust(self._size.pop(spare, 0))
+            try:
+                fd = os.open(spare, flags)
+            except OSError:
+                spare = None  # gone, or something else at its name: a new one
+        if spare is None:
+            spare = path.with_name(f".spare.{os.getpid()}.{secrets.token_hex(6)}")
+            fd = os.open(spare, flags | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            try:
+                os.link(spare, path)
+                won = True
+            except FileExistsError:
+                won = os.stat(spare).st_nlink == 2  # NFS: our link landed, the reply was lost
+            except OSError as exc:
+                if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                    spare.unlink(missing_ok=True)
+                    return _create_excl_fallback(path, data)  # no hard links here
+                if os.stat(spare).st_nlink != 2:
+                    raise
+                won = True
+        except BaseException:
+            spare.unlink(missing_ok=True)
+            raise
+        self._size[spare] = len(data)
+        if won:
+            self._spare_of[path] = spare
+        else:
+            self._spares.setdefault(path.parent, []).append(spare)
+        return won
+
+    def _freed(self, path: Path) -> None:
+        """The lease at ``path`` is no longer ours: its spare is free again if no name
+        but the spare's links its file (else another watcher took it over: removed)."""
+        spare = self._spare_of.pop(path, None)
+        if spare is None:
+            return
+        try:
+            alone = os.stat(spare, follow_symlinks=False).st_nlink == 1
+        except FileNotFoundError:
+            return
+        if alone:
+            self._spares.setdefault(path.parent, []).append(spare)
+        else:
+            spare.unlink(missing_ok=True)
+            self._size.pop(spare, None)
 
 
 def _read(path: Path, now: float) -> Lease | None:

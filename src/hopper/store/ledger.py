@@ -4,9 +4,13 @@ A loop turn decides (core/lifecycle.py returns a :class:`Step` per job: the
 new record and its events); the ledger commits those steps as a batch, in
 this order, before anything acts on them:
 
-1. each record is written to a temporary file beside its job.json;
-2. each temporary file of a durable entry is fsynced;
-3. each is renamed over its job.json;
+1. each record is written to a file beside its job.json: the run
+   directory's standby (store/standby.py: the previous record's inode,
+   rewritten only under a write lease, so no reader sees it change), or a
+   fresh temporary file;
+2. each of those files of a durable entry is fsynced;
+3. each is exchanged with its job.json (renamed over it where that cannot
+   be done, and always for a terminal record);
 4. each run directory touched is fsynced once (the renames are durable);
 5. a crash point, if the caller named one (faults.py: "the record is
    durable, nothing acted on it yet");
@@ -29,6 +33,7 @@ job.json, is refused or replaced, never written through.
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -40,7 +45,9 @@ from typing import TypeVar
 
 from hopper.core.lifecycle import Event, Step
 from hopper.core.record import JobRecord
+from hopper.core.states import is_terminal
 from hopper.faults import crash_point
+from hopper.store import standby
 from hopper.store.atomic import displace, open_dir, temp_name_of
 from hopper.store.jobfile import JOB_FILE, append_event, append_events, event_line
 
@@ -68,6 +75,7 @@ class _Staged:
     dir_fd: int
     tmp: str
     fd: int | None = None  # the temporary file, open until it is fsynced
+    swap: bool = False  # tmp is the standby: exchanged with job.json, not renamed over it
     error: OSError | None = field(default=None)
 
 
@@ -91,11 +99,12 @@ def commit_batch(entries: Sequence[Entry], *, crash: str | None = None) -> list[
     """
     dirs: dict[str, int] = {}
     staged: list[_Staged] = []
+    standing: set[str] = set()  # run dirs whose standby this batch already writes
     failed: list[Failed] = []
     try:
         try:
             for entry in entries:
-                item = _stage(entry, dirs)
+                item = _stage(entry, dirs, standing)
                 if item.error is not None:
                     failed.append(Failed(entry, item.error))
                 else:
@@ -136,8 +145,9 @@ def note(run_dir: Path, name: str, at: datetime, **fields: object) -> None:
     append_event(run_dir, name, at, **fields)
 
 
-def _stage(entry: Entry, dirs: dict[str, int]) -> _Staged:
-    """Open the run directory (once per batch) and write the record to a temporary file."""
+def _stage(entry: Entry, dirs: dict[str, int], standing: set[str]) -> _Staged:
+    """Open the run directory (once per batch) and write the record to its standby
+    (store/standby.py), or a fresh file where there is none to reuse."""
     key = str(entry.run_dir)
     item = _Staged(entry, -1, temp_name_of(JOB_FILE))
     try:
@@ -145,15 +155,28 @@ def _stage(entry: Entry, dirs: dict[str, int]) -> _Staged:
             dirs[key] = open_dir(entry.run_dir, follow=False)  # a link here: ELOOP
         item.dir_fd = dirs[key]
         data = entry.step.record.model_dump_json(indent=2).encode() + b"\n"
-        item.fd = os.open(
-            item.tmp,
-            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
-            0o644,
-            dir_fd=item.dir_fd,
-        )
-        view = memoryview(data)
-        while view:
-            view = view[os.write(item.fd, view) :]
+        leased = False
+        if key not in standing:  # a job twice in one batch: its second record in a fresh file
+            standing.add(key)
+            found = standby.open_standby(item.dir_fd)
+            if found is not None:
+                item.fd, size = found
+                data, leased = standby.padded(data, size), True
+            if item.fd is None:
+                item.fd = _fresh(standby.STANDBY, item.dir_fd)
+            if item.fd is not None:
+                item.tmp, item.swap = standby.STANDBY, True
+        if item.fd is None:
+            item.fd = _fresh(item.tmp, item.dir_fd)
+            if item.fd is None:
+                raise FileExistsError(errno.EEXIST, "a file sits at a fresh name", item.tmp)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(item.fd, view) :]
+        finally:
+            if leased:
+                standby.release(item.fd)
         if not entry.durable:
             os.close(item.fd)
             item.fd = None
@@ -161,6 +184,16 @@ def _stage(entry: Entry, dirs: dict[str, int]) -> _Staged:
         item.error = exc
         _discard(item)
     return item
+
+
+def _fresh(name: str, dir_fd: int) -> int | None:
+    """A new file at ``name`` (O_EXCL: never through a link); None if the name is taken."""
+    try:
+        return os.open(
+            name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=dir_fd
+        )
+    except FileExistsError:
+        return None
 
 
 def _sync_file(item: _Staged) -> None:
@@ -179,6 +212,12 @@ def _sync_file(item: _Staged) -> None:
 
 def _rename(item: _Staged) -> None:
     try:
+        if (
+            item.swap
+            and not is_terminal(item.entry.step.record.state)  # a finished job keeps no standby
+            and standby.exchange(item.dir_fd, item.tmp, JOB_FILE)
+        ):
+            return
         try:
             os.replace(item.tmp, JOB_FILE, src_dir_fd=item.dir_fd, dst_dir_fd=item.dir_fd)
         except IsADirectoryError:
