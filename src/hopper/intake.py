@@ -25,7 +25,7 @@ from hopper.core.record import JobRecord
 from hopper.core.states import JobState, Reason
 from hopper.store import ledger, saferead
 from hopper.store.admission import write_admission
-from hopper.store.claim import Claimed, claim, read_claim
+from hopper.store.claim import Claimed, claim, printable, read_claim
 from hopper.store.finalize import ending, file_terminals
 from hopper.store.jobfile import PROMPT_FILE
 from hopper.store.layout import Layout
@@ -42,11 +42,6 @@ def read_prompt(path: Path, limit: int) -> bytes:
     except saferead.UnreadableFile as exc:
         hint = "shorten it, or raise max_prompt_bytes in the config"
         raise BadPrompt(exc.message, hint=hint if exc.problem == "too_big" else exc.hint) from None
-
-
-def printable(text: str) -> str:
-    """``text`` with the bytes of a non-UTF-8 file name (surrogate escapes) as ``\\xNN``."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
 _PROMPT_HINT = (
@@ -94,7 +89,9 @@ class Intake:
         """Recovery: the prompt was renamed in but job.json never written."""
         marker = read_claim(run_dir) or {}
         inbox_rel = marker.get("inbox_path") or f"inbox/{run_dir.name}.prompt.md"
-        return self.admit(Claimed(run_dir.name, run_dir, inbox_rel))
+        noted = "ts" in marker  # the marker is the claimed event (not an old claim.json)
+        bad_name = marker.get("name_not_utf8") == "true"
+        return self.admit(Claimed(run_dir.name, run_dir, inbox_rel, noted, bad_name))
 
     def admit(self, claimed: Claimed) -> JobRecord:
         now = self.clock.now()
@@ -102,14 +99,15 @@ class Intake:
         # A name that is not UTF-8 arrives with surrogate escapes, which no
         # JSON record can hold: records carry a printable rendering instead.
         inbox_rel = printable(claimed.inbox_rel)
-        ledger.note(
-            run_dir,
-            "claimed",
-            now,
-            inbox_path=inbox_rel,
-            host=self.ident.host,
-            owner=self.ident.owner,
-        )
+        if not claimed.noted:  # claimed by an older hopper, which noted it here
+            ledger.note(
+                run_dir,
+                "claimed",
+                now,
+                inbox_path=inbox_rel,
+                host=self.ident.host,
+                owner=self.ident.owner,
+            )
         base = JobRecord(
             id=claimed.job_id,
             name=prompt_stem(Path(inbox_rel).name),
@@ -120,7 +118,7 @@ class Intake:
             inbox_path=inbox_rel,
             created_at=now,
         )
-        if inbox_rel != claimed.inbox_rel:
+        if inbox_rel != claimed.inbox_rel or claimed.name_not_utf8:
             return self.reject(
                 run_dir,
                 base,
@@ -146,8 +144,8 @@ class Intake:
         record = step.record
         # Before the queued record: a queued job has what its start needs (0600: env).
         write_admission(run_dir, verdict.start)
-        # Not fsynced: if a power cut loses it, prompt.md and claim.json are still
-        # there and recovery completes the claim; the running record is durable.
+        # Not fsynced: if a power cut loses it, prompt.md and the claimed event are
+        # still there and recovery completes the claim; the running record is durable.
         ledger.commit(run_dir, step, durable=False, crash="claim.after_record")
         log.info("job=%s state=queued name=%s agent=%s", record.id, record.name, record.agent)
         return record

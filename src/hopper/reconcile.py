@@ -35,10 +35,9 @@ from hopper.executors.protocol import Ended, How, Recovery
 from hopper.proc import identity
 from hopper.runner import Runner
 from hopper.store import ledger, spend
-from hopper.store.claim import read_claim
+from hopper.store.claim import read_claim, remove_empty_claim
 from hopper.store.finalize import move_prompt
 from hopper.store.jobfile import (
-    CLAIM_FILE,
     EXIT_FILE,
     JOB_FILE,
     PROMPT_FILE,
@@ -358,10 +357,7 @@ def _apply(
 ) -> None:
     record = snap.record
     if action is Action.REMOVE_EMPTY_CLAIM:
-        (run_dir / CLAIM_FILE).unlink(missing_ok=True)
-        try:
-            run_dir.rmdir()
-        except OSError:
+        if not remove_empty_claim(run_dir):
             log.warning("left %s: not an empty claim directory", run_dir)
     elif action is Action.COMPLETE_CLAIM:
         rec = runner.intake.resume_claim(run_dir)

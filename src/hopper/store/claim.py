@@ -3,11 +3,15 @@
 Steps and what a crash after each leaves behind (recovery in core/recovery.py):
 
 1. ``mkdir runs/<id>``             -> an empty run dir: removed once stale.
-2. write ``runs/<id>/claim.json``  -> no prompt.md: removed once stale.
+2. the ``claimed`` event, events.jsonl's first line (where the prompt came
+   from, when, which watcher)      -> no prompt.md: removed once stale.
 3. ``rename inbox/… -> runs/<id>/prompt.md``  (the claim itself)
                                    -> prompt.md without job.json: the claim
-                                      is completed from claim.json.
+                                      is completed from the ``claimed`` event.
 4. write ``job.json`` (queued)     -> a normal queued job.
+
+Run directories claimed by hopper before the ``claimed`` event did this job
+hold a ``claim.json`` with the same fields: :func:`read_claim` reads it first.
 
 Of two watchers renaming the same file, the kernel lets exactly one win;
 the other gets ENOENT, removes its empty run directory and moves on.
@@ -25,11 +29,13 @@ from pathlib import Path
 
 from hopper.core.jobid import make_job_id, prompt_stem
 from hopper.faults import crash_point
-from hopper.store.atomic import write_atomic
-from hopper.store.jobfile import CLAIM_FILE, PROMPT_FILE
+from hopper.store.jobfile import CLAIM_FILE, EVENTS_FILE, PROMPT_FILE, append_event
 from hopper.store.layout import Layout
-from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_json
+from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, open_regular, read_json
 from hopper.store.withhold import make_private
+
+CLAIMED = "claimed"  # the event that is the claim's marker
+_HEAD = 16 << 10  # the most read of events.jsonl to find its first line
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,8 @@ class Claimed:
     job_id: str
     run_dir: Path
     inbox_rel: str  # e.g. "inbox/team/fix tests.prompt.md"
+    noted: bool = True  # its ``claimed`` event is written (False: run dirs of older hoppers)
+    name_not_utf8: bool = False  # inbox_rel is a printable rendering of a non-UTF-8 name
 
 
 class ClaimFailed(OSError):
@@ -54,14 +62,12 @@ def claim(
     name = prompt_stem(prompt.name)
     run_dir = _make_run_dir(layout, now, name)
     crash_point("claim.after_mkdir")
-    marker = {
-        "inbox_path": inbox_rel,
-        "claimed_at": now.isoformat(),
-        "host": host,
-        "owner": owner,
-    }
+    # A name that is not UTF-8 arrives with surrogate escapes, which no JSON
+    # record can hold: the event carries a printable rendering, and says so.
+    shown = printable(inbox_rel)
+    extra = {} if shown == inbox_rel else {"name_not_utf8": True}
     try:
-        write_atomic(run_dir / CLAIM_FILE, json.dumps(marker).encode(), durable=False)
+        append_event(run_dir, CLAIMED, now, inbox_path=shown, host=host, owner=owner, **extra)
     except OSError:
         _discard(run_dir)
         raise
@@ -91,20 +97,71 @@ def _make_run_dir(layout: Layout, now: datetime, name: str) -> Path:
         return run_dir
 
 
+def printable(text: str) -> str:
+    """``text`` with the bytes of a non-UTF-8 file name (surrogate escapes) as ``\\xNN``."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _discard(run_dir: Path) -> None:
+    remove_empty_claim(run_dir)
+
+
+def remove_empty_claim(run_dir: Path) -> bool:
+    """Remove a claim's run directory that never got its prompt: its marker (the
+    ``claimed`` event, or an older hopper's claim.json) and the directory, which
+    must then be empty. False if it was not (left as it is)."""
     try:
+        if not set(os.listdir(run_dir)) <= {CLAIM_FILE, EVENTS_FILE}:
+            return False  # something more than a claim: left for a person
         (run_dir / CLAIM_FILE).unlink(missing_ok=True)
+        (run_dir / EVENTS_FILE).unlink(missing_ok=True)
         run_dir.rmdir()
     except OSError:
-        pass  # left for the stale-claim sweep
+        return False  # left for the stale-claim sweep, or for a person
+    return True
 
 
 def read_claim(run_dir: Path) -> dict[str, str] | None:
-    """claim.json's string fields, or None if it is missing or unreadable (read safely)."""
+    """The claim's marker: where the prompt came from (``inbox_path``), when, which
+    watcher (``host``, ``owner``); None if there is none or it cannot be read (read
+    safely). From claim.json where an older hopper wrote one, else from the
+    ``claimed`` event, events.jsonl's first line. ``name_not_utf8`` is "true" when the
+    inbox name was not UTF-8 (``inbox_path`` then shows its bytes as ``\\xNN``)."""
     try:
         data = read_json(run_dir / CLAIM_FILE, SMALL_LIMIT)
-    except (FileNotFoundError, UnreadableFile):
+    except FileNotFoundError:
+        data = _claimed_event(run_dir)
+    except UnreadableFile:
         return None
     if not isinstance(data, dict):
         return None
-    return {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+    out = {k: v for k, v in data.items() if isinstance(k, str) and isinstance(v, str)}
+    if data.get("name_not_utf8") is True:
+        out["name_not_utf8"] = "true"
+    if "ts" in out and "claimed_at" not in out:
+        out["claimed_at"] = out["ts"]
+    return out
+
+
+def _claimed_event(run_dir: Path) -> object:
+    """events.jsonl's first line if it is the ``claimed`` event, else None."""
+    try:
+        fd = open_regular(run_dir / EVENTS_FILE)
+    except (FileNotFoundError, UnreadableFile):
+        return None
+    try:
+        head = os.read(fd, _HEAD)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    line, newline, _ = head.partition(b"\n")
+    if not newline:
+        return None  # cut by a crash mid-write
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or event.get("event") != CLAIMED:
+        return None
+    return event
