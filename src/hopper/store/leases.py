@@ -133,6 +133,8 @@ class SlotLeases:
         self._spares: dict[Path, list[Path]] = {}  # scope folder -> our free spares
         self._spare_of: dict[Path, Path] = {}  # a lease we hold -> the spare it was linked from
         self._size: dict[Path, int] = {}  # a spare -> the length of what it holds
+        # a lease we linked -> its job and inode (known without reading it)
+        self._job_of: dict[Path, tuple[str, int]] = {}
 
     def _dir(self, scope: str) -> Path:
         return self.base / scope
@@ -176,7 +178,7 @@ class SlotLeases:
         if folder not in self._spares:  # made once: a failing mkdir per lease costs too
             folder.mkdir(parents=True, exist_ok=True)
             self._spares[folder] = []
-        held = self.holders(scope.name, now)
+        held = self._held(folder, now)
         for lease in held:
             if lease.job_id == job_id:
                 return lease.path  # already ours (a start retried after a crash)
@@ -187,12 +189,37 @@ class SlotLeases:
                 if str(n) in used:
                     continue
                 path = folder / str(n)
-                if self._create(path, data):
+                if self._create(path, data, job_id):
                     return path
+            held = self.holders(scope.name, now)  # full: every lease read, for the sweep
             if attempt == 0 and not self.sweep(scope.name, now, valid, held):
                 return None
             held = self.holders(scope.name, now)
         return None
+
+    def _held(self, folder: Path, now: float) -> list[Lease]:
+        """:meth:`holders` without reading the leases this watcher linked itself (it
+        knows their job; their age is not needed to find a free slot or our own)."""
+        try:
+            names = [n for n in os.listdir(folder) if not n.startswith(".")]
+        except FileNotFoundError:
+            return []
+        out: list[Lease] = []
+        for name in sorted(names):
+            path = folder / name
+            ours = self._job_of.get(path)
+            lease: Lease | None = None
+            if ours is not None:
+                try:  # still the file we linked (one stat), not another's after a reclaim
+                    if os.stat(path, follow_symlinks=False).st_ino == ours[1]:
+                        lease = Lease(path, ours[0], self.owner, self.host, 0.0)
+                except FileNotFoundError:
+                    continue
+            if lease is None:
+                lease = _read(path, now)
+            if lease is not None:
+                out.append(lease)
+        return out
 
     def sweep(
         self, scope: str, now: float, valid: Validity, held: list[Lease] | None = None
@@ -238,8 +265,9 @@ class SlotLeases:
         self._spares.clear()
         self._spare_of.clear()
         self._size.clear()
+        self._job_of.clear()
 
-    def _create(self, path: Path, data: bytes) -> bool:
+    def _create(self, path: Path, data: bytes, job_id: str) -> bool:
         """:func:`create_exclusive` through this watcher's spares: a free one is rewritten
         and linked at ``path``; a new file only when none is free. True if we made it."""
         free = self._spares.get(path.parent)
@@ -279,6 +307,7 @@ class SlotLeases:
         self._size[spare] = len(data)
         if won:
             self._spare_of[path] = spare
+            self._job_of[path] = (job_id, os.stat(spare).st_ino)
         else:
             self._spares.setdefault(path.parent, []).append(spare)
         return won
@@ -287,6 +316,7 @@ class SlotLeases:
         """The lease at ``path`` is no longer ours: its spare is free again if no name
         but the spare's links its file (else another watcher took it over: removed)."""
         spare = self._spare_of.pop(path, None)
+        self._job_of.pop(path, None)
         if spare is None:
             return
         try:
