@@ -20,7 +20,6 @@ the other gets ENOENT, removes its empty run directory and moves on.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import secrets
 from dataclasses import dataclass
@@ -29,13 +28,13 @@ from pathlib import Path
 
 from hopper.core.jobid import make_job_id, prompt_stem
 from hopper.faults import crash_point
-from hopper.store.jobfile import CLAIM_FILE, EVENTS_FILE, PROMPT_FILE, append_event
+from hopper.store import ledger
+from hopper.store.jobfile import CLAIM_FILE, EVENTS_FILE, PROMPT_FILE, first_event
 from hopper.store.layout import Layout
-from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, open_regular, read_json
+from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_json
 from hopper.store.withhold import make_private
 
 CLAIMED = "claimed"  # the event that is the claim's marker
-_HEAD = 16 << 10  # the most read of events.jsonl to find its first line
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ def claim(
     shown = printable(inbox_rel)
     extra = {} if shown == inbox_rel else {"name_not_utf8": True}
     try:
-        append_event(run_dir, CLAIMED, now, inbox_path=shown, host=host, owner=owner, **extra)
+        ledger.note(run_dir, CLAIMED, now, inbox_path=shown, host=host, owner=owner, **extra)
     except OSError:
         _discard(run_dir)
         raise
@@ -145,23 +144,7 @@ def read_claim(run_dir: Path) -> dict[str, str] | None:
 
 def _claimed_event(run_dir: Path) -> object:
     """events.jsonl's first line if it is the ``claimed`` event, else None."""
-    try:
-        fd = open_regular(run_dir / EVENTS_FILE)
-    except (FileNotFoundError, UnreadableFile):
-        return None
-    try:
-        head = os.read(fd, _HEAD)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    line, newline, _ = head.partition(b"\n")
-    if not newline:
-        return None  # cut by a crash mid-write
-    try:
-        event = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(event, dict) or event.get("event") != CLAIMED:
+    event = first_event(run_dir)
+    if event is None or event.get("event") != CLAIMED:
         return None
     return event

@@ -23,6 +23,7 @@ from hopper.store.saferead import (
     read_fast,
     read_model,
 )
+from hopper.store.saferead import open_regular as open_fd
 
 if TYPE_CHECKING:  # the models load on first read: `hopper status` never needs them
     from hopper.core.record import ExitStatus, JobRecord, Resources
@@ -133,6 +134,33 @@ def append_events(dir_fd: int, lines: Sequence[bytes]) -> None:
         os.write(fd, data)
     finally:
         os.close(fd)
+
+
+_HEAD = 16 << 10  # the most read of events.jsonl to find its first line
+
+
+def first_event(run_dir: Path) -> dict[str, Any] | None:
+    """events.jsonl's first line as an object, read safely and only that far; None if
+    there is none, it is cut (a crash mid-write) or not an object, or the file is not
+    a regular file."""
+    try:
+        fd = open_fd(run_dir / EVENTS_FILE)
+    except (FileNotFoundError, UnreadableFile):
+        return None
+    try:
+        head = os.read(fd, _HEAD)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    line, newline, _ = head.partition(b"\n")
+    if not newline:
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) else None
 
 
 def read_events(run_dir: Path) -> list[dict[str, Any]]:
