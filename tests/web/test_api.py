@@ -24,6 +24,7 @@ ENDPOINTS = [
     ("GET", "/ui/api/jobs"),
     ("POST", "/ui/api/submit"),
     ("GET", "/api/jobs"),
+    ("GET", "/api/page"),
     ("GET", "/api/overview"),
     ("GET", "/api/usage"),
     ("GET", "/api/jobs/job-a"),
@@ -507,3 +508,65 @@ def test_since_counts_recent_finishes(layout: Layout, client: TestClient) -> Non
     make_job(layout, "job-new", created=recent)
     make_job(layout, "job-old")
     assert [j["id"] for j in client.get("/api/jobs?since=1h").json()] == ["job-new"]
+
+
+# --- the list, a page at a time -------------------------------------------------------
+
+
+def test_a_page_is_newest_first_with_counts_over_every_job(
+    jobs: Layout, client: TestClient
+) -> None:
+    body = client.get("/api/page?size=2").json()
+    assert [j["id"] for j in body["jobs"]] == ["job-d", "job-c"]
+    assert body["next"] == "job-c" and body["total"] == 4
+    assert body["counts"] == {"queued": 1, "running": 1, "succeeded": 1, "failed": 1, "aborted": 0}
+    on_disk = json.loads((jobs.run_dir("job-c") / "job.json").read_text())
+    assert body["jobs"][1] == on_disk
+    rest = client.get("/api/page?size=2&before=job-c").json()
+    assert [j["id"] for j in rest["jobs"]] == ["job-b", "job-a"] and rest["next"] is None
+
+
+@pytest.mark.parametrize(
+    ("query", "ids", "total"),
+    [
+        ("state=failed", ["job-c"], 1),
+        ("q=NIGHTLY", ["job-c", "job-b"], 2),  # a piece of the name, any letter case
+        ("q=job-a", ["job-a"], 1),  # or of the id
+        ("name=nightly-*&state=running", ["job-b"], 1),
+        ("reason=exit_nonzero", ["job-c"], 1),
+        ("agent=codex,claude", ["job-d", "job-a"], 2),
+    ],
+)
+def test_page_filters_and_search(
+    jobs: Layout, client: TestClient, query: str, ids: list[str], total: int
+) -> None:
+    body = client.get(f"/api/page?{query}").json()
+    assert [j["id"] for j in body["jobs"]] == ids
+    assert body["total"] == total
+
+
+def test_page_counts_follow_the_other_filters(jobs: Layout, client: TestClient) -> None:
+    """Clicking a badge adds its state to the filters: its count is that list's length."""
+    body = client.get("/api/page?q=nightly&state=failed").json()
+    assert body["counts"]["running"] == 1 and body["counts"]["failed"] == 1
+    assert body["counts"]["succeeded"] == 0  # job-a is not nightly
+    assert body["total"] == len(body["jobs"]) == 1
+
+
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [
+        ("size=0", "size:"),
+        ("size=501", "size:"),
+        ("size=x", "size:"),
+        ("before=../x", "before:"),
+        ("reason=bored", "reason: 'bored' is not a reason"),
+        ("q=" + "x" * 201, "q: a search of at most 200"),
+    ],
+)
+def test_bad_page_requests_are_400(
+    jobs: Layout, client: TestClient, query: str, reason: str
+) -> None:
+    r = client.get(f"/api/page?{query}")
+    assert r.status_code == 400
+    assert reason in r.json()["error"]

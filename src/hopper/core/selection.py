@@ -21,6 +21,8 @@ class JobFilter:
     agents: frozenset[str] = field(default_factory=frozenset)
     groups: frozenset[str] = field(default_factory=frozenset)
     names: tuple[str, ...] = ()  # globs, matched against the name or the id, any letter case
+    reasons: frozenset[str] = field(default_factory=frozenset)  # why a job ended
+    text: str = ""  # a piece of the name or the id, any letter case (the dashboard's search)
 
     def matches(self, job: JobSummary) -> bool:
         if self.states and job.state not in self.states:
@@ -31,12 +33,22 @@ class JobFilter:
             return False
         if self.names and not any(_named(job, g.casefold()) for g in self.names):
             return False
+        if self.reasons and job.reason not in self.reasons:
+            return False
+        if self.text and not contains(job, self.text):
+            return False
         return self.since is None or touched_since(job, self.since)
 
 
 def _named(job: JobSummary, folded_glob: str) -> bool:
     """Ids are lower case and names are matched without regard to case."""
     return fnmatchcase(job.name.casefold(), folded_glob) or fnmatchcase(job.id, folded_glob)
+
+
+def contains(job: JobSummary, text: str) -> bool:
+    """``text`` is a piece of the job's name (any letter case) or id (lower case)."""
+    folded = text.casefold()
+    return folded in job.name.casefold() or folded in job.id
 
 
 def touched_since(job: JobSummary, since: float) -> bool:

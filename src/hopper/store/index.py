@@ -351,7 +351,8 @@ def _utf8(name: str) -> bool:
 
 
 def _where(wanted: JobFilter | None) -> tuple[str, list[Any]]:
-    """The SQL of ``wanted``'s state, agent, group and since tests (names stay in Python)."""
+    """The SQL of ``wanted``'s state, agent, group, reason, since and text tests (name globs
+    stay in Python, or ``store/index_page.py`` adds them as a function)."""
     if wanted is None:
         return "", []
     clauses: list[str] = []
@@ -360,6 +361,7 @@ def _where(wanted: JobFilter | None) -> tuple[str, list[Any]]:
         ("state", sorted(s.value for s in wanted.states)),
         ("agent", sorted(wanted.agents)),
         ("grp", sorted(wanted.groups)),
+        ("reason", sorted(wanted.reasons)),
     ):
         if values:
             clauses.append(f"{column} IN ({', '.join('?' * len(values))})")
@@ -369,6 +371,9 @@ def _where(wanted: JobFilter | None) -> tuple[str, list[Any]]:
             f"(state IN ({', '.join('?' * len(_ACTIVE))}) OR created_at >= ? OR finished_at >= ?)"
         )
         params.extend([*_ACTIVE, wanted.since, wanted.since])
+    if wanted.text:  # core/selection.contains: name_key is the name casefolded
+        clauses.append("(instr(name_key, ?) > 0 OR instr(id, ?) > 0)")
+        params.extend([wanted.text.casefold()] * 2)
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 

@@ -25,9 +25,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from hopper.core.durations import BadDuration, parse_duration
 from hopper.core.overview import overview
 from hopper.core.selection import JobFilter
-from hopper.core.states import TERMINAL_STATES, JobState
+from hopper.core.states import TERMINAL_STATES, JobState, Reason
 from hopper.core.tally import GroupBy, tally
 from hopper.errors import HopperError
+from hopper.store.index_page import PAGE_MAX
 from hopper.store.jobfile import EVENTS_FILE, JOB_FILE, LOG_FILE
 from hopper.store.layout import NotARealFolder
 from hopper.store.resubmit import CannotResubmit, JobStillActive, resubmit
@@ -44,6 +45,8 @@ EVENTS_MAX = 4 << 20
 BODY_MAX = 2 << 20
 _ID_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 STALE_AFTER = 60.0
+SEARCH_MAX = 200
+PAGE_SIZE = 50
 
 
 def error(reason: str, status: int) -> JSONResponse:
@@ -107,12 +110,22 @@ def job_filter(request: Request) -> tuple[JobFilter, int | None]:
     def many(key: str) -> list[str]:
         return [p for v in q.getlist(key) for p in v.split(",") if p]
 
+    reasons = frozenset(many("reason"))
+    unknown = sorted(reasons - {r.value for r in Reason})
+    if unknown:
+        known = ", ".join(r.value for r in Reason)
+        raise Refused(f"reason: {unknown[0]!r} is not a reason ({known})")
+    text = q.get("q", "")
+    if len(text) > SEARCH_MAX:
+        raise Refused(f"q: a search of at most {SEARCH_MAX} characters")
     wanted = JobFilter(
         states=frozenset(states),
         since=since,
         agents=frozenset(many("agent")),
         groups=frozenset(many("group")),
         names=tuple(many("name")),
+        reasons=reasons,
+        text=text,
     )
     return wanted, limit
 
@@ -126,6 +139,22 @@ async def list_jobs(request: Request) -> Response:
     wanted, limit = job_filter(request)
     catalog: Catalog = request.app.state.catalog
     text = await catalog.call(catalog.listing(wanted, limit))
+    return Response(text, media_type="application/json", headers={"cache-control": "no-store"})
+
+
+async def page_(request: Request) -> Response:
+    """One page of the list, newest first, with the counts by state over every page
+    (``store/index_page.py``): ``before`` is the previous page's ``next``."""
+    wanted, _ = job_filter(request)
+    q = request.query_params
+    size = q.get("size", str(PAGE_SIZE))
+    if not size.isdigit() or not 1 <= int(size) <= PAGE_MAX:
+        raise Refused(f"size: a whole number of jobs from 1 to {PAGE_MAX}")
+    before = q.get("before") or None
+    if before is not None and not _ID_OK.match(before):
+        raise Refused("before: the `next` of the previous page (a job id)")
+    catalog: Catalog = request.app.state.catalog
+    text = await catalog.call(catalog.paged(wanted, before, int(size)))
     return Response(text, media_type="application/json", headers={"cache-control": "no-store"})
 
 

@@ -125,6 +125,7 @@ def _api_routes(prefix: str) -> list[Route]:
         Route(prefix + path, endpoint, methods=methods)
         for path, endpoint, methods in [
             ("/api/jobs", api.list_jobs, None),
+            ("/api/page", api.page_, None),
             ("/api/overview", api.overview_, None),
             ("/api/usage", api.usage, None),
             ("/api/budgets", budgets.budgets, None),

@@ -27,6 +27,7 @@ from hopper.core.selection import JobFilter
 from hopper.core.states import TERMINAL_STATES, JobState
 from hopper.core.summary import JobSummary
 from hopper.store.index import JobIndex
+from hopper.store.index_page import page
 from hopper.store.layout import Layout
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,20 @@ class Catalog:
             if limit is not None:
                 jobs = jobs[-limit:] if limit else []
             return "[" + ",".join(t.rstrip() for t in index.raw(j.id for j in jobs)) + "]"
+
+        return run
+
+    def paged(self, wanted: JobFilter, before: str | None, size: int) -> Callable[[JobIndex], str]:
+        """``GET /api/page``'s body: the newest ``size`` matching jobs' job.json texts below
+        ``before``, the counts by state over every page, the total and the next cursor."""
+
+        def run(index: JobIndex) -> str:
+            self._refresh(index)
+            got = page(index, wanted, before=before, size=size)
+            texts = index.raw_of(j.id for j in got.jobs)
+            jobs = ",".join(texts[j.id].rstrip() for j in got.jobs if j.id in texts)
+            head = json.dumps({"counts": got.counts, "total": got.total, "next": got.next})
+            return head[:-1] + ', "jobs": [' + jobs + "]}"
 
         return run
 

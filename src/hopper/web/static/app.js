@@ -6,7 +6,6 @@
   const STATES = ["queued", "running", "succeeded", "failed", "aborted"];
   const TERMINAL = new Set(["succeeded", "failed", "aborted"]);
   const $ = (sel) => document.querySelector(sel);
-  const jobs = new Map();          // id -> job.json
   let listStream = null, paused = false, current = null;
 
   function el(tag, attrs, ...children) {
@@ -55,46 +54,89 @@
   };
   const badge = (state) => el("span", { class: "state " + state }, state);
 
-  // -- the job list ------------------------------------------------------------------
-  function globRe(glob) {
-    return new RegExp("^" + glob.replace(/[.+^${}()|\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".") + "$");
+  // -- the job list: one page at a time from the server (GET api/page), newest first ------
+  // The server filters, sorts and counts over every job (store/index_page.py); the page
+  // holds only the rows it shows. Live job events update a shown row at once and ask for
+  // the page again (at most every PAGE_AGAIN ms), so counts and rows stay the server's.
+  const PAGE = 50, PAGE_AGAIN = 500;
+  let rows = [], why = {}, next = null, loaded = false, pageTimer = null, pageBusy = false, pageWanted = false;
+  function query(extra) {
+    const f = Object.fromEntries(new FormData($("#filters")).entries());
+    const q = new URLSearchParams();
+    for (const k of ["state", "agent", "group", "reason"]) if (f[k]) q.set(k, f[k].trim());
+    if (f.since) q.set("since", f.since + "s");
+    const text = (f.q || "").trim();
+    if (text) q.set(/[*?[]/.test(text) ? "name" : "q", text);
+    for (const [k, v] of Object.entries(extra || {})) q.set(k, v);
+    return q.toString();
   }
-  function matches(job, f) {
-    if (f.state && job.state !== f.state) return false;
-    if (f.agent && job.agent !== f.agent) return false;
-    if (f.group && groupOf(job) !== f.group) return false;
-    if (f.name && !(globRe(f.name).test(job.name) || globRe(f.name).test(job.id))) return false;
-    if (f.since) {
-      const since = Date.now() - Number(f.since) * 1000;
-      const touched = !TERMINAL.has(job.state) || Date.parse(job.created_at) >= since ||
-        (job.finished_at && Date.parse(job.finished_at) >= since);
-      if (!touched) return false;
+  async function loadPage(more) {
+    if (pageBusy) { pageWanted = true; return; }
+    pageBusy = true;
+    try {
+      const size = more ? PAGE : Math.min(500, Math.max(PAGE, rows.length));
+      const extra = more && next ? { size, before: next } : { size };
+      const body = await api("api/page?" + query(extra));
+      rows = more ? rows.concat(body.jobs) : body.jobs;
+      why = more ? Object.assign(why, body.why || {}) : (body.why || {});
+      next = body.next; loaded = true;
+      renderCounts(body.counts, body.total);
+      renderList();
+    } catch (e) { problem(String(e.message || e)); }
+    finally {
+      pageBusy = false;
+      if (pageWanted) { pageWanted = false; pageSoon(); }
     }
-    return true;
+  }
+  function pageSoon() {
+    if (pageTimer) return;
+    pageTimer = setTimeout(() => { pageTimer = null; loadPage(false); }, PAGE_AGAIN);
+  }
+  function elapsed(job) { return job.state === "running" ? "running " + took(job) : ""; }
+  function rowWhy(j) {
+    if (j.state === "failed" || j.state === "aborted") {
+      const head = [j.reason, j.exit_code != null && j.exit_code !== 0 ? "exit " + j.exit_code : null].filter(Boolean).join(" · ");
+      const line = why[j.id] || j.detail || "";
+      return [head, line].filter(Boolean).join(": ");
+    }
+    if (j.state === "queued") return why[j.id] || "queued";
+    if (j.state === "running") return [elapsed(j), j.agent_state && "agent " + j.agent_state, why[j.id]].filter(Boolean).join(" · ");
+    return j.reason && j.reason !== "completed" ? j.reason : "";
   }
   function renderList() {
-    const f = Object.fromEntries(new FormData($("#filters")).entries());
-    const rows = [...jobs.values()].filter((j) => matches(j, f)).sort((a, b) => (a.id < b.id ? 1 : -1));
     const body = $("#jobs tbody");
     body.replaceChildren(...rows.map((j) => el("tr", { "data-id": j.id, "data-state": j.state, onclick: () => { location.hash = "#/job/" + encodeURIComponent(j.id); } },
       el("td", { class: "c-name" }, j.name), el("td", { class: "c-state" }, badge(j.state)),
+      el("td", { class: "c-why" }, rowWhy(j)),
       el("td", { class: "c-agent" }, j.agent), el("td", { class: "c-agent_state" }, j.agent_state || "-"),
       el("td", { class: "c-group" }, groupOf(j) || "-"), el("td", { class: "c-started" }, when(j.started_at)),
       el("td", { class: "c-duration" }, took(j)), el("td", { class: "c-cost" }, cost(j)))));
-    $("#empty").hidden = rows.length > 0;
+    $("#loading").hidden = loaded;
+    $("#empty").hidden = !loaded || rows.length > 0;
+    $("#more").hidden = !next;
+    $("#shown").textContent = loaded ? "showing " + rows.length + " of " + $("#shown").dataset.total : "";
   }
-  function renderCounts(counts) {
+  function renderCounts(counts, total) {
+    $("#shown").dataset.total = total == null ? "" : String(total);
     $("#counts").replaceChildren(...STATES.map((s) => el("span", {
       class: "count", "data-state": s, title: "show " + s + " jobs",
-      onclick: () => { $("#filters").state.value = s; location.hash = "#/"; renderList(); },
-    }, badge(s), el("b", {}, counts[s] || 0))));
+      onclick: () => { $("#filters").state.value = s; location.hash = "#/"; loadPage(false); },
+    }, badge(s), el("b", {}, counts ? String(counts[s] || 0) : "…"))));
   }
   let overviewTimer = null;
   function refreshOverview() {
     clearTimeout(overviewTimer);
     overviewTimer = setTimeout(async () => {
-      try { const o = await api("api/overview"); renderCounts(o.counts); setPaused(o.paused); } catch (e) { /* shown */ }
+      try { const o = await api("api/overview"); setPaused(o.paused); renderWatcher(o); } catch (e) { /* shown */ }
     }, 300);
+  }
+  function renderWatcher(o) {
+    const b = $("#watcher");
+    const w = o.watcher || {};
+    b.hidden = !w.banner;
+    b.textContent = w.banner || "";
+    $("#watcher-state").textContent = w.state ? "watcher: " + w.state : "";
+    $("#watcher-state").title = w.detail || "";
   }
   function setPaused(p) {
     paused = p;
@@ -106,27 +148,21 @@
   function connectList() {
     if (listStream) listStream.close();
     listStream = new EventSource("api/jobs");
-    const seenSince = new Set();
-    listStream.addEventListener("hello", async (e) => {
+    listStream.addEventListener("hello", () => {
       $("#live").className = "on";
-      setPaused(JSON.parse(e.data).paused);
-      seenSince.clear();
-      try {
-        const list = await api("api/jobs?limit=500");
-        for (const j of list) if (!seenSince.has(j.id)) jobs.set(j.id, j);
-        renderList(); refreshOverview();
-        if (current) showJob(current, false);
-      } catch (err) { problem(String(err.message || err)); }
+      loadPage(false); refreshOverview();
+      if (current) showJob(current, false);
     });
+    listStream.addEventListener("hello", (e) => setPaused(JSON.parse(e.data).paused));
     listStream.addEventListener("job", (e) => {
       const j = JSON.parse(e.data);
-      seenSince.add(j.id);
-      jobs.set(j.id, j);
-      renderList(); refreshOverview();
+      const i = rows.findIndex((r) => r.id === j.id);
+      if (i >= 0) { rows[i] = j; renderList(); }
+      pageSoon(); refreshOverview();
       if (current === j.id) showRecord(j);
     });
-    listStream.addEventListener("removed", (e) => { jobs.delete(JSON.parse(e.data)); renderList(); refreshOverview(); });
-    listStream.addEventListener("pause", (e) => setPaused(JSON.parse(e.data).paused));
+    listStream.addEventListener("removed", () => { pageSoon(); refreshOverview(); });
+    listStream.addEventListener("pause", (e) => { setPaused(JSON.parse(e.data).paused); pageSoon(); });
     // dropped for falling behind: shown as not live until the browser reconnects (hello)
     listStream.addEventListener("reload", () => { $("#live").className = "off"; });
     listStream.onerror = () => { $("#live").className = "off"; };
@@ -228,7 +264,10 @@
       ev.target.body.value = "";
     } catch (e) { out.className = "problem"; out.textContent = String(e.message || e); }
   });
-  $("#filters").addEventListener("input", renderList);
+  let filterTimer = null;
+  $("#filters").addEventListener("input", () => { clearTimeout(filterTimer); filterTimer = setTimeout(() => loadPage(false), 250); });
+  $("#filters").addEventListener("submit", (ev) => { ev.preventDefault(); loadPage(false); });
+  $("#more").addEventListener("click", () => loadPage(true));
   $("#filters").state.append(...STATES.map((s) => el("option", { value: s }, s)));
 
   // -- usage -------------------------------------------------------------------------------
@@ -286,11 +325,11 @@
     closeJobStreams(); current = null;
     if (hash === "#/submit") $("#view-submit").hidden = false;
     else if (hash === "#/usage") { $("#view-usage").hidden = false; showUsage(); }
-    else { $("#view-jobs").hidden = false; renderList(); }
+    else { $("#view-jobs").hidden = false; if (loaded) loadPage(false); }
   }
   window.addEventListener("hashchange", route);
-  setInterval(() => { if (!$("#view-jobs").hidden && [...jobs.values()].some((j) => j.state === "running")) renderList(); }, 1000);
-  renderCounts({});
+  setInterval(() => { if (!$("#view-jobs").hidden && rows.some((j) => j.state === "running")) renderList(); }, 1000);
+  renderCounts(null);
   connectList();
   route();
 })();
