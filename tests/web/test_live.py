@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 
+import httpx
+
 from hopper.core.states import JobState, Reason
 from hopper.store.layout import Layout
-from web.webtools import LiveServer, Stream, make_job
+from web.webtools import TOKEN, LiveServer, Stream, make_job
 
 
 def open_stream(live: LiveServer, streams: list[Stream], path: str) -> Stream:
@@ -100,3 +102,32 @@ def test_a_replaced_log_starts_over(
     (run / "job.log").write_bytes(b"attempt two\n")
     s.wait_for("reset")
     assert json.loads(s.wait_for("log")[0]) == "attempt two\n"
+
+
+def test_compression_leaves_the_live_streams_streaming(
+    layout: Layout, live: LiveServer, streams: list[Stream]
+) -> None:
+    """A browser accepts gzip on every request: the list stream and a log stream still go
+    out uncompressed, frame by frame, while the JSON answers are compressed."""
+    run = make_job(layout, "job-z", JobState.RUNNING)
+    (run / "job.log").write_bytes(b"one\n")
+    gz = {"accept-encoding": "gzip"}
+    jobs = Stream(live.url + "/api/jobs", gz)
+    streams.append(jobs)
+    log = Stream(live.url + "/api/jobs/job-z/log", gz)
+    streams.append(log)
+    for s in (jobs, log):
+        assert "content-encoding" not in s.response.headers
+    jobs.wait_for("hello")
+    assert json.loads(log.wait_for("log")[0]) == "one\n"
+    with (run / "job.log").open("ab") as fh:
+        fh.write(b"two\n")
+    assert json.loads(log.wait_for("log")[0]) == "two\n"  # one small frame, not buffered
+    make_job(layout, "job-z", JobState.SUCCEEDED)
+    assert json.loads(jobs.wait_for("job")[0])["state"] == "succeeded"
+    for n in range(40):
+        make_job(layout, f"job-{n:02d}", JobState.FAILED, reason=Reason.EXIT_NONZERO)
+    r = httpx.get(live.url + "/api/page", headers={**gz, "authorization": f"Bearer {TOKEN}"})
+    assert r.headers["content-encoding"] == "gzip"
+    assert int(r.headers["content-length"]) < len(r.content) / 4  # httpx decoded it
+    assert r.json()["counts"]["failed"] == 40

@@ -28,6 +28,7 @@ from hopper.store.layout import Layout
 from hopper.web import api, budgets, gate
 from hopper.web.actions import Refused
 from hopper.web.catalog import Catalog
+from hopper.web.compress import Compress
 from hopper.web.gate import TokenGate
 from hopper.web.hub import Hub
 
@@ -111,7 +112,7 @@ def create_app(
         routes=routes,
         lifespan=lifespan,
         exception_handlers={Refused: refused},
-        middleware=[Middleware(TokenGate, token=token)],
+        middleware=[Middleware(TokenGate, token=token), Middleware(Compress)],
     )
     app.state.layout = layout
     app.state.config = config or Config()
