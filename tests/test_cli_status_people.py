@@ -13,6 +13,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import struct
 import subprocess
 import sys
@@ -137,9 +138,15 @@ def test_columns_fits_the_table_by_priority_and_a_pipe_keeps_the_full_table(
 
     _, wide, _ = status(layout, config_file, COLUMNS="250")
     ticking = re.compile(r"\d+h\d+m")  # a running job's DURATION moves with the clock
-    assert [ticking.sub("", line) for line in table_part(wide)] == [
-        ticking.sub("", line) for line in full.splitlines()
+
+    def cells_of(line: str) -> list[str]:  # a queued job's REASON says why, for people
+        found = re.split(r"\s{2,}", ticking.sub("", line).strip())
+        return ["-" if cell.startswith("waits: ") else cell for cell in found]
+
+    assert [cells_of(line) for line in table_part(wide)] == [
+        cells_of(line) for line in full.splitlines()
     ]  # room enough: nothing cut or dropped
+    assert "waits: its turn, but no watcher serves this root" in wide
 
     _, fitted, _ = status(layout, config_file, COLUMNS="80")
     rows = table_part(fitted)
@@ -290,3 +297,22 @@ def test_json_is_unchanged_by_terminal_settings(layout: Layout, config_file: Pat
         "busy",
         "waits",
     ]
+
+
+def test_a_queued_job_says_what_it_waits_for_in_the_dashboards_words(
+    layout: Layout, tmp_path: Path
+) -> None:
+    """core/waits.py words it once: hopper status (for people) and /api/page agree."""
+    from hopper.core import waits
+
+    config_file = tmp_path / "one-slot.toml"
+    config_file.write_text("max_parallel = 1\n")
+    make(layout, "busy", JobState.RUNNING)
+    make(layout, "next-one", JobState.QUEUED, age=timedelta(minutes=5))
+    _, out, _ = status(layout, config_file, COLUMNS="200")
+    assert re.search(r"next-one .*waits: all slots busy", out), out
+    _, piped, _ = status(layout, config_file)  # for scripts: the table as it always was
+    assert "waits:" not in piped
+    shutil.rmtree(layout.run_dir(make(layout, "busy", JobState.RUNNING).id))
+    _, out, _ = status(layout, config_file, COLUMNS="200")
+    assert f"waits: {waits.NO_WATCHER}" in out

@@ -56,7 +56,7 @@ def make_job(
         host="testhost",
         inbox_path=f"inbox/{group}/{job_id}.prompt.md" if group else f"inbox/{job_id}.prompt.md",
         created_at=created,
-        **{**defaults, **fields},
+        **{**defaults, "group": group or None, **fields},  # the scheduling group, as admitted
     )
     write_record(run_dir, record, durable=False)
     return run_dir

@@ -143,7 +143,9 @@ def resolve(jobs: list[JobSummary], ref: str) -> list[JobSummary]:
     return exact or [j for j in jobs if j.id.startswith(key) or j.name.casefold() == folded]
 
 
-def summary_row(job: JobSummary, now: float, activity: str = "-") -> tuple[str, ...]:
+def summary_row(
+    job: JobSummary, now: float, activity: str = "-", wait: str | None = None
+) -> tuple[str, ...]:
     started = (
         datetime.fromtimestamp(job.started_at).strftime("%m-%d %H:%M:%S")
         if job.started_at is not None
@@ -161,7 +163,7 @@ def summary_row(job: JobSummary, now: float, activity: str = "-") -> tuple[str, 
         job.agent,
         job.state.value,
         activity,
-        job.reason or "-",
+        job.reason or (f"waits: {wait}" if wait else "-"),
         started,
         took,
         str(job.attempt),
@@ -221,10 +223,20 @@ def handle(args: argparse.Namespace) -> int:
                 warn(terminal_safe(line))
             write_json_array(index.raw(j.id for j in jobs), sys.stdout)
             return code
+        waits = {}
+        if fit_width(sys.stdout.isatty(), os.environ, _columns) is not None:  # for people
+            from hopper.cli import status_footer as foot
+
+            seconds = foot.seconds_from_config(args.config, dict(os.environ))
+            waits = foot.queued_waits(layout, index, jobs, args.config, now, seconds)
     for line in (*pending, *pause_lines(layout), *budget_lines):
         print(terminal_safe(line))
-    show(args, layout, now, jobs, matched, pending)
+    show(args, layout, now, jobs, matched, pending, waits)
     return code
+
+
+def _columns() -> int:
+    return shutil.get_terminal_size().columns
 
 
 def show(
@@ -234,12 +246,14 @@ def show(
     jobs: list[JobSummary],
     matched: list[JobSummary],
     pending: list[str],
+    waits: dict[str, str] | None = None,
 ) -> None:
-    """The table; for people (a terminal, or COLUMNS set) fitted, with its footer."""
+    """The table; for people (a terminal, or COLUMNS set) fitted, with its footer, and a
+    queued job's REASON says why it waits (``waits``: core/waits.py's words)."""
     from hopper.cli import status_footer as foot
 
     isatty = sys.stdout.isatty()
-    width = fit_width(isatty, os.environ, lambda: shutil.get_terminal_size().columns)
+    width = fit_width(isatty, os.environ, _columns)
     paint = painter(use_color(args.color, isatty, os.environ))
     inbox = None if args.ids else foot.inbox_line(layout)
     if jobs:
@@ -255,6 +269,7 @@ def show(
                 agent_activity(layout, j.id)
                 if j.state is JobState.RUNNING
                 else queued.get(j.id, "-"),
+                (waits or {}).get(j.id),
             )
             for j in jobs
         ]

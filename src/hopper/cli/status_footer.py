@@ -28,6 +28,7 @@ from hopper.configfile import CONFIG_LIMIT, config_path
 from hopper.core.durations import BadDuration, parse_duration
 from hopper.core.states import JobState
 from hopper.core.summary import JobSummary
+from hopper.store.index import JobIndex
 from hopper.store.layout import Layout
 from hopper.store.pauses import read_paused, waiting_prompts
 from hopper.store.saferead import UnreadableFile, read_text
@@ -64,6 +65,46 @@ def seconds_from_config(cli_config: str | None, env: dict[str, str]) -> dict[str
         if value > 0:
             found[key] = value
     return found
+
+
+def serving(layout: Layout, now: float, seconds: dict[str, float]) -> bool:
+    """A watcher's heartbeat file here is fresh (what :func:`watcher_line` calls serving)."""
+    stale_after = max(STALE_HEARTBEATS * seconds["heartbeat_interval"], MIN_STALE_SECONDS)
+    return any(
+        r.get("state") == "alive" and float(r["age_seconds"]) <= stale_after
+        for r in watcher_rows(layout, now, seconds["host_dead_after"])
+    )
+
+
+def queued_waits(
+    layout: Layout,
+    index: JobIndex,
+    jobs: list[JobSummary],
+    cli_config: str | None,
+    now: float,
+    seconds: dict[str, float],
+) -> dict[str, str]:
+    """Why each queued job of ``jobs`` waits, in ``core/waits.py``'s words (the dashboard's
+    too); empty when none is queued or the config cannot be loaded (``hopper config
+    check`` says why). Loads the models: only for a table that shows queued jobs."""
+    if not any(j.state is JobState.QUEUED for j in jobs):
+        return {}
+    from hopper.config import load_config
+    from hopper.errors import HopperError
+    from hopper.store.queue_waits import queue_waits
+
+    try:
+        config = load_config(cli_config)
+    except (HopperError, OSError, ValueError):
+        return {}
+    return queue_waits(
+        layout,
+        index,
+        config.slot_limits(),
+        config.dependency_timeout,
+        serving=serving(layout, now, seconds),
+        now=now,
+    )
 
 
 def watcher_line(layout: Layout, now: float, seconds: dict[str, float], paint: Paint) -> str:

@@ -9,6 +9,7 @@ docs/web.md lists every endpoint.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -22,8 +23,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from hopper.config import Config
 from hopper.core.durations import BadDuration, parse_duration
-from hopper.core.overview import overview
 from hopper.core.selection import JobFilter
 from hopper.core.states import TERMINAL_STATES, JobState, Reason
 from hopper.core.tally import GroupBy, tally
@@ -35,8 +36,9 @@ from hopper.store.resubmit import CannotResubmit, JobStillActive, resubmit
 from hopper.store.saferead import RECORD_LIMIT, UnreadableFile, read_bytes, read_json
 from hopper.web import actions, sse
 from hopper.web.actions import Refused
-from hopper.web.catalog import Catalog, counts
+from hopper.web.catalog import Catalog, Waits
 from hopper.web.files import open_regular, read_tail
+from hopper.web.health import watcher_health
 from hopper.web.hub import Hub
 
 API_VERSION = 1
@@ -44,7 +46,6 @@ RESULT_MAX = 4 << 20
 EVENTS_MAX = 4 << 20
 BODY_MAX = 2 << 20
 _ID_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
-STALE_AFTER = 60.0
 SEARCH_MAX = 200
 PAGE_SIZE = 50
 
@@ -154,23 +155,40 @@ async def page_(request: Request) -> Response:
     if before is not None and not _ID_OK.match(before):
         raise Refused("before: the `next` of the previous page (a job id)")
     catalog: Catalog = request.app.state.catalog
-    text = await catalog.call(catalog.paged(wanted, before, int(size)))
+    config: Config = request.app.state.config
+    now = time.time()
+    health = await asyncio.to_thread(watcher_health, request.app.state.layout, config, now, 0, 0)
+    waits = Waits(config.slot_limits(), config.dependency_timeout, health.state == "serving", now)
+    text = await catalog.call(catalog.paged(wanted, before, int(size), waits))
     return Response(text, media_type="application/json", headers={"cache-control": "no-store"})
 
 
 async def overview_(request: Request) -> Response:
+    """Counts by state (every job), pause, and watcher health from the heartbeat files."""
     catalog: Catalog = request.app.state.catalog
-    jobs = await catalog.call(Catalog.summaries)
-    ov = overview(jobs, time.time(), STALE_AFTER)
+    now = time.time()
+    counts, freshest = await catalog.call(Catalog.tallies(now))
+    health = await asyncio.to_thread(
+        watcher_health,
+        request.app.state.layout,
+        request.app.state.config,
+        now,
+        counts[JobState.QUEUED.value],
+        counts[JobState.RUNNING.value],
+    )
     hub: Hub = request.app.state.hub
     return JSONResponse(
         {
             "api": API_VERSION,
             "root": str(request.app.state.layout.root),
-            "counts": counts(jobs),
+            "counts": counts,
             "paused": hub.paused,
-            "watcher": ov.watcher.value,
-            "freshest_heartbeat_age": ov.freshest_heartbeat_age,
+            "watcher": health.state,
+            "watcher_detail": health.detail,
+            "watchers": health.watchers,
+            "banner": health.banner,
+            "freshest_heartbeat_age": freshest,
+            "reasons": [r.value for r in Reason],
             "live": "inotify" if hub.inotify_ok else f"rescan every {hub.fallback:g}s",
         },
         headers={"cache-control": "no-store"},

@@ -23,15 +23,28 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from hopper.core.schedule import SlotLimits
 from hopper.core.selection import JobFilter
 from hopper.core.states import TERMINAL_STATES, JobState
 from hopper.core.summary import JobSummary
 from hopper.store.index import JobIndex
 from hopper.store.index_page import page
 from hopper.store.layout import Layout
+from hopper.store.logline import log_error_line
+from hopper.store.queue_waits import queue_waits
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Waits:
+    """What a page needs to say why its queued jobs wait (``store/queue_waits.py``)."""
+
+    limits: SlotLimits
+    dependency_timeout: float
+    serving: bool  # a watcher's heartbeat here is fresh
+    now: float
 
 
 @dataclass
@@ -68,9 +81,13 @@ class Catalog:
     # -- run on the index thread ------------------------------------------------
 
     @staticmethod
-    def _refresh(index: JobIndex) -> list[JobSummary]:
+    def _refresh_only(index: JobIndex) -> None:
         for problem in index.refresh().corrupt:
             log.warning("%s", problem)
+
+    @staticmethod
+    def _refresh(index: JobIndex) -> list[JobSummary]:
+        Catalog._refresh_only(index)
         return index.jobs()
 
     def listing(self, wanted: JobFilter, limit: int | None) -> Callable[[JobIndex], str]:
@@ -84,17 +101,58 @@ class Catalog:
 
         return run
 
-    def paged(self, wanted: JobFilter, before: str | None, size: int) -> Callable[[JobIndex], str]:
+    def paged(
+        self, wanted: JobFilter, before: str | None, size: int, waits: Waits
+    ) -> Callable[[JobIndex], str]:
         """``GET /api/page``'s body: the newest ``size`` matching jobs' job.json texts below
-        ``before``, the counts by state over every page, the total and the next cursor."""
+        ``before``, the counts by state over every page, the total, the next cursor, and
+        ``why`` for the rows that have one (a queued job's wait, a failed one's error line)."""
 
         def run(index: JobIndex) -> str:
-            self._refresh(index)
+            self._refresh_only(index)
             got = page(index, wanted, before=before, size=size)
             texts = index.raw_of(j.id for j in got.jobs)
             jobs = ",".join(texts[j.id].rstrip() for j in got.jobs if j.id in texts)
-            head = json.dumps({"counts": got.counts, "total": got.total, "next": got.next})
+            why = self._why(index, got.jobs, waits)
+            head = json.dumps(
+                {"counts": got.counts, "total": got.total, "next": got.next, "why": why}
+            )
             return head[:-1] + ', "jobs": [' + jobs + "]}"
+
+        return run
+
+    def _why(self, index: JobIndex, jobs: list[JobSummary], waits: Waits) -> dict[str, str]:
+        why: dict[str, str] = {}
+        if any(j.state is JobState.QUEUED for j in jobs):
+            every = queue_waits(
+                self.layout,
+                index,
+                waits.limits,
+                waits.dependency_timeout,
+                serving=waits.serving,
+                now=waits.now,
+            )
+            why.update((j.id, every[j.id]) for j in jobs if j.id in every)
+        for j in jobs:
+            if j.state in (JobState.FAILED, JobState.ABORTED):
+                line = log_error_line(self.layout.run_dir(j.id))
+                if line:
+                    why[j.id] = line
+        return why
+
+    @staticmethod
+    def tallies(now: float) -> Callable[[JobIndex], tuple[dict[str, int], float | None]]:
+        """Every job's count by state, and the age of the freshest running job's heartbeat."""
+
+        def run(index: JobIndex) -> tuple[dict[str, int], float | None]:
+            Catalog._refresh_only(index)
+            counts = page(index, JobFilter(), size=0).counts
+            beats = [
+                max(0.0, now - j.heartbeat_at)
+                for j in index.jobs(JobFilter(states=frozenset({JobState.RUNNING})))
+                if j.heartbeat_at is not None
+            ]
+            return counts, min(beats, default=None)
 
         return run
 

@@ -132,11 +132,15 @@
   }
   function renderWatcher(o) {
     const b = $("#watcher");
-    const w = o.watcher || {};
-    b.hidden = !w.banner;
-    b.textContent = w.banner || "";
-    $("#watcher-state").textContent = w.state ? "watcher: " + w.state : "";
-    $("#watcher-state").title = w.detail || "";
+    b.hidden = !o.banner;
+    b.textContent = o.banner || "";
+    const w = $("#watcher-state");
+    w.textContent = "watcher: " + o.watcher;
+    w.className = "watcher " + o.watcher;
+    w.setAttribute("data-watcher", o.watcher);
+    w.title = o.watcher_detail || "";
+    const list = $("#reasons");
+    if (!list.children.length) list.append(...(o.reasons || []).map((r) => el("option", { value: r })));
   }
   function setPaused(p) {
     paused = p;
