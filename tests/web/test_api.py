@@ -570,3 +570,24 @@ def test_bad_page_requests_are_400(
     r = client.get(f"/api/page?{query}")
     assert r.status_code == 400
     assert reason in r.json()["error"]
+
+
+def test_log_download_and_byte_ranges(jobs: Layout, client: TestClient) -> None:
+    text = b"".join(b"line %d of the log\n" % i for i in range(1000))
+    (jobs.run_dir("job-b") / "job.log").write_bytes(text)
+    r = client.get("/api/jobs/job-b/log?download=1")
+    assert r.content == text
+    assert r.headers["content-disposition"] == 'attachment; filename="job-b.log"'
+    assert r.headers["accept-ranges"] == "bytes"
+    r = client.get("/api/jobs/job-b/log", headers={"range": "bytes=5-7"})
+    assert (r.status_code, r.content) == (206, text[5:8])
+    assert r.headers["content-range"] == f"bytes 5-7/{len(text)}"
+    assert "content-encoding" not in r.headers  # a range is the file's own bytes
+    r = client.get("/api/jobs/job-b/log", headers={"range": "bytes=-4"})
+    assert (r.status_code, r.content) == (206, text[-4:])
+    r = client.get("/api/jobs/job-b/log", headers={"range": "bytes=5-"})
+    assert r.content == text[5:]
+    for bad in ("bytes=99999-", "bytes=-0", "lines=1-2", "bytes=1-2,4-5", "bytes=7-5"):
+        r = client.get("/api/jobs/job-b/log", headers={"range": bad})
+        assert r.status_code == 416, bad
+        assert r.headers["content-range"] == f"bytes */{len(text)}"

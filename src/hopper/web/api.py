@@ -221,24 +221,45 @@ async def _followable(request: Request, kind: str) -> Response:
         sub, backlog = hub.follow(run_dir.name, kind, state if isinstance(state, str) else None)
         return sse.response(sub, backlog, lambda: hub.unfollow(run_dir.name, kind, sub))
     if kind == "log":
-        return _stream_file(run_dir / LOG_FILE)
+        return _stream_file(run_dir / LOG_FILE, request)
     return _events_json(run_dir, request.query_params.get("tail"))
 
 
-def _stream_file(path: Path) -> Response:
+def _stream_file(path: Path, request: Request) -> Response:
+    """job.log as it is now, streamed 64 KiB at a time (never whole in memory), or the
+    byte range a ``Range: bytes=A-B`` / ``bytes=A-`` / ``bytes=-N`` header asks for (206;
+    416 outside the file); ``?download=1`` makes the browser save it as ``<id>.log``."""
+    headers = {"accept-ranges": "bytes", "cache-control": "no-store"}
+    if request.query_params.get("download"):
+        headers["content-disposition"] = f'attachment; filename="{path.parent.name}.log"'
     try:
         fd = open_regular(path)
     except FileNotFoundError:
-        return Response(b"", media_type="text/plain; charset=utf-8")
+        return Response(b"", media_type="text/plain; charset=utf-8", headers=headers)
     except (OSError, UnreadableFile) as exc:
         raise Refused(exc.render() if isinstance(exc, UnreadableFile) else str(exc), 500) from None
     size = os.fstat(fd).st_size
+    start, end, status = 0, size, 200
+    wanted = request.headers.get("range")
+    if wanted is not None:
+        span = byte_range(wanted, size)
+        if span is None:
+            os.close(fd)
+            return Response(
+                f"{wanted!r}: not a byte range of this {size}-byte file\n",
+                status_code=416,
+                media_type="text/plain; charset=utf-8",
+                headers={**headers, "content-range": f"bytes */{size}"},
+            )
+        start, end, status = span[0], span[1], 206
+        headers["content-range"] = f"bytes {start}-{end - 1}/{size}"
+    headers["content-length"] = str(end - start)
 
     async def chunks() -> AsyncIterator[bytes]:
-        offset = 0
+        offset = start
         try:
-            while offset < size:
-                chunk = os.pread(fd, min(1 << 16, size - offset), offset)
+            while offset < end:
+                chunk = os.pread(fd, min(1 << 16, end - offset), offset)
                 if not chunk:
                     return
                 offset += len(chunk)
@@ -246,7 +267,28 @@ def _stream_file(path: Path) -> Response:
         finally:
             os.close(fd)
 
-    return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8")
+    return StreamingResponse(
+        chunks(), status_code=status, media_type="text/plain; charset=utf-8", headers=headers
+    )
+
+
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def byte_range(header: str, size: int) -> tuple[int, int] | None:
+    """``[start, end)`` of a single-range ``Range`` header within ``size`` bytes; None if
+    it is not one this file can satisfy (several ranges are not served)."""
+    m = _RANGE.match(header.strip())
+    if m is None or m.group(1) == m.group(2) == "":
+        return None
+    if m.group(1) == "":  # the last N bytes
+        n = int(m.group(2))
+        return (max(0, size - n), size) if n and size else None
+    first = int(m.group(1))
+    last = int(m.group(2)) + 1 if m.group(2) else size
+    if first >= size or last <= first:
+        return None
+    return first, min(last, size)
 
 
 def _events_json(run_dir: Path, tail: str | None) -> Response:

@@ -6,7 +6,8 @@ wire). What it must never touch is decided here from the request, whatever
 the installed Starlette's own defaults are: a Server-Sent-Events request
 (``Accept: text/event-stream``), whose frames must reach the browser as they
 are written, not when a compressor's buffer fills; and the static files,
-which ``app.py`` serves already gzipped.
+which ``app.py`` serves already gzipped; and a ``Range`` request for part of
+job.log, whose ``Content-Range`` counts the file's own bytes.
 """
 
 from __future__ import annotations
@@ -37,5 +38,7 @@ def _passes_through(scope: Scope) -> bool:
         return True
     for key, value in scope.get("headers", ()):
         if key == b"accept" and wants_stream(value.decode("latin-1")):
+            return True
+        if key == b"range":  # a byte range of job.log: its offsets are the file's, as sent
             return True
     return False

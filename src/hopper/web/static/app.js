@@ -173,13 +173,29 @@
   }
 
   // -- one job -------------------------------------------------------------------------
-  let term = null, fit = null, logStream = null, eventStream = null;
+  let term = null, fit = null, finder = null, logStream = null, eventStream = null;
+  const FIND = { decorations: { matchBackground: "#665c00", activeMatchBackground: "#d4a000",
+    matchOverviewRuler: "#d4a000", activeMatchColorOverviewRuler: "#ffcc00" } };
+  function findInLog(back) {
+    const text = $("#log-search").value;
+    if (!finder) return;
+    if (!text) { finder.clearDecorations(); $("#log-found").textContent = ""; return; }
+    const found = back ? finder.findPrevious(text, FIND) : finder.findNext(text, FIND);
+    if (!found) $("#log-found").textContent = "not found";
+  }
   function terminal() {
     if (!term) {
       term = new window.Terminal({ convertEol: true, disableStdin: true, scrollback: 20000, fontSize: 13,
+        allowProposedApi: true,  // the search addon highlights matches with decorations
         theme: { background: "#111111" } });
       fit = new window.FitAddon.FitAddon();
       term.loadAddon(fit);
+      finder = new window.SearchAddon.SearchAddon();
+      term.loadAddon(finder);
+      finder.onDidChangeResults((r) => {
+        $("#log-found").textContent = !$("#log-search").value ? "" :
+          r.resultCount === 0 ? "not found" : (r.resultIndex + 1) + " of " + r.resultCount;
+      });
       term.open($("#terminal"));
       window.addEventListener("resize", () => fit.fit());
     }
@@ -217,6 +233,9 @@
       closeJobStreams();
       current = id;
       $("#events").replaceChildren();
+      $("#job-note").hidden = true;
+      $("#log-search").value = ""; $("#log-found").textContent = "";
+      $("#log-download").href = "api/jobs/" + encodeURIComponent(id) + "/log?download=1";
       const box = $("#result"); box.textContent = "No result yet."; box.classList.add("muted");
       const t = terminal(); t.reset();
       const base = "api/jobs/" + encodeURIComponent(id);
@@ -251,9 +270,20 @@
     catch (e) { problem(String(e.message || e)); }
   });
   $("#job-retry").addEventListener("click", async () => {
-    try { const r = await api("api/jobs/" + encodeURIComponent(current) + "/retry", { method: "POST", body: "{}" }); problem(""); location.hash = "#/"; $("#submit-result").textContent = "retried: " + r.path; }
-    catch (e) { problem(String(e.message || e)); }
+    const note = $("#job-note");
+    try {
+      const r = await api("api/jobs/" + encodeURIComponent(current) + "/retry", { method: "POST", body: "{}" });
+      problem("");
+      note.className = "note";
+      note.replaceChildren("Retried: its prompt is back in the inbox as ", el("code", {}, r.path),
+        "; the new job appears in the list when a watcher claims it. ", el("a", { href: "#/" }, "Back to the list"));
+    } catch (e) { note.className = "problem"; note.textContent = "Not retried: " + String(e.message || e); }
+    note.hidden = false;
+    note.scrollIntoView({ block: "nearest" });
   });
+  $("#log-tools").addEventListener("submit", (ev) => { ev.preventDefault(); findInLog(false); });
+  $("#log-prev").addEventListener("click", () => findInLog(true));
+  $("#log-search").addEventListener("input", () => findInLog(false));
   $("#pause").addEventListener("click", async () => {
     try { const r = await api(paused ? "api/resume" : "api/pause", { method: "POST", body: "{}" }); setPaused(r.paused); }
     catch (e) { problem(String(e.message || e)); }
