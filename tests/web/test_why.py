@@ -125,3 +125,10 @@ def test_overview_trusts_a_fresh_heartbeat_file_and_not_a_dead_one(
     assert (body["watcher"], body["watchers"]) == ("none", {"dead": 1})
     assert "1 queued" in body["banner"]
     assert body["reasons"] == [r.value for r in Reason]
+
+
+def test_a_budget_hold_is_the_watchers_own_sentence(layout: Layout, one_slot: TestClient) -> None:
+    held = "budget agent claude daily reached: $5.02 of $5.00 spent; resets at 00:00"
+    make_job(layout, "job-q", JobState.QUEUED, agent="claude", waiting=held)
+    beat(layout)
+    assert why(one_slot) == {"job-q": held}

@@ -37,6 +37,8 @@ def explain(
         job_id = record.id
         if job_id in failing:
             out[job_id] = f"about to fail: {failing[job_id]}"
+        elif record.waiting:  # the watcher's own word: a budget holds it (job.json)
+            out[job_id] = record.waiting
         elif job_id in decision.waiting:
             out[job_id] = decision.waiting[job_id]
         elif job_id in decision.paused:
