@@ -3,6 +3,7 @@ real uvicorn on 127.0.0.1, and an SSE reader that tests wait on (no polling)."""
 
 from __future__ import annotations
 
+import json
 import queue
 import socket
 import threading
@@ -161,3 +162,56 @@ class Stream:
         self._cm.__exit__(None, None, None)
         self._client.close()
         self._thread.join(timeout=10)
+
+
+def many_jobs(layout: Layout, count: int) -> dict[str, int]:
+    """``count`` finished jobs, written fast (one model dump, then plain JSON per job): names
+    ``job-000000`` (oldest) on, one in seven failed, one in fifty aborted, the rest
+    succeeded; each finalized (its prompt filed in processed/), as a busy root's history
+    is. Their count by state."""
+    template = JobRecord(
+        id="x",
+        name="x",
+        state=JobState.SUCCEEDED,
+        agent="bash",
+        host="testhost",
+        inbox_path="inbox/x.prompt.md",
+        created_at=T0,
+    ).model_dump(mode="json")
+    made = dict.fromkeys((s.value for s in JobState), 0)
+    layout.processed.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        created = T0 + timedelta(seconds=i)
+        name = f"job-{i:06d}"
+        job_id = f"{created:%Y%m%d-%H%M%S}-000-{name}-0001"
+        state, reason, code = (
+            ("failed", "exit_nonzero", 1)
+            if i % 7 == 3
+            else ("aborted", "aborted", None)
+            if i % 50 == 5
+            else ("succeeded", "completed", 0)
+        )
+        made[state] += 1
+        processed = f"processed/{name}.{job_id}.prompt.md"
+        record = {
+            **template,
+            "id": job_id,
+            "name": name,
+            "state": state,
+            "reason": reason,
+            "exit_code": code,
+            "detail": f"exited {code}" if code else None,
+            "inbox_path": f"inbox/{name}.prompt.md",
+            "processed_path": processed,
+            "created_at": created.isoformat(),
+            "started_at": created.isoformat(),
+            "finished_at": (created + timedelta(seconds=2)).isoformat(),
+            "duration_seconds": 2.0,
+        }
+        run_dir = layout.runs / job_id
+        run_dir.mkdir(parents=True)
+        (run_dir / "job.json").write_text(json.dumps(record, indent=2) + "\n")
+        (layout.root / processed).write_text(f"prompt of {name}\n")
+        if state == "failed":
+            (run_dir / "job.log").write_text(f"step one\nerror: {name} broke\n")
+    return made

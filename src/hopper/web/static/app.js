@@ -71,7 +71,7 @@
     return q.toString();
   }
   async function loadPage(more) {
-    if (pageBusy) { pageWanted = true; return; }
+    if (pageBusy) { pageWanted = more ? "more" : (pageWanted || true); return; }
     pageBusy = true;
     try {
       const size = more ? PAGE : Math.min(500, Math.max(PAGE, rows.length));
@@ -85,7 +85,9 @@
     } catch (e) { problem(String(e.message || e)); }
     finally {
       pageBusy = false;
-      if (pageWanted) { pageWanted = false; pageSoon(); }
+      const again = pageWanted;
+      pageWanted = false;
+      if (again === "more") loadPage(true); else if (again) pageSoon();
     }
   }
   function pageSoon() {
