@@ -131,3 +131,55 @@ def test_compression_leaves_the_live_streams_streaming(
     assert r.headers["content-encoding"] == "gzip"
     assert int(r.headers["content-length"]) < len(r.content) / 4  # httpx decoded it
     assert r.json()["counts"]["failed"] == 40
+
+
+CAST_HEADER = {"version": 2, "width": 100, "height": 30, "timestamp": 1795600000}
+
+
+def cast_line(record: object) -> bytes:
+    return json.dumps(record).encode() + b"\n"
+
+
+def test_an_interactive_jobs_terminal_cast_is_replayed_then_followed(
+    layout: Layout, live: LiveServer, streams: list[Stream]
+) -> None:
+    run = make_job(layout, "job-i", JobState.RUNNING)
+    cast = run / "terminal.cast"
+    cast.write_bytes(
+        cast_line(CAST_HEADER) + cast_line([0.1, "o", "\x1b[1mhello\x1b[0m\r\n"]) + b"[0.2, tor"
+    )
+    s = open_stream(live, streams, "/api/jobs/job-i/cast")
+    assert json.loads(s.wait_for("start")[0]) == {"cut": False}
+    assert json.loads(s.wait_for("cast")[0]) == CAST_HEADER
+    assert json.loads(s.wait_for("cast")[0]) == [0.1, "o", "\x1b[1mhello\x1b[0m\r\n"]
+    with cast.open("ab") as fh:  # the torn line completed, then a resize
+        fh.write(b'n", "o", "x"]\n' + cast_line([0.3, "r", "120x40"]))
+    data, skipped = s.wait_for("cast")
+    assert json.loads(data) == [0.3, "r", "120x40"]  # "[0.2, torn…" was never a record
+    assert not [d for e, d in skipped if e == "cast"]
+    make_job(layout, "job-i", JobState.SUCCEEDED)
+    s.wait_for("end")
+    whole = httpx.get(
+        live.url + "/api/jobs/job-i/cast", headers={"authorization": f"Bearer {TOKEN}"}
+    )
+    assert whole.content == cast.read_bytes()
+    make_job(layout, "job-plain", JobState.RUNNING)
+    none = httpx.get(
+        live.url + "/api/jobs/job-plain/cast", headers={"authorization": f"Bearer {TOKEN}"}
+    )
+    assert none.status_code == 404 and "not an interactive job" in none.json()["error"]
+
+
+def test_a_cut_cast_backlog_still_starts_with_its_header(
+    layout: Layout, live: LiveServer, streams: list[Stream]
+) -> None:
+    run = make_job(layout, "job-long", JobState.RUNNING)
+    body = b"".join(
+        cast_line([i / 10, "o", f"line {i:06d} " + "x" * 80 + "\r\n"]) for i in range(4000)
+    )
+    (run / "terminal.cast").write_bytes(cast_line(CAST_HEADER) + body)  # ~400 KB: over the backlog
+    s = open_stream(live, streams, "/api/jobs/job-long/cast")
+    assert json.loads(s.wait_for("start")[0]) == {"cut": True}
+    assert json.loads(s.wait_for("cast")[0]) == CAST_HEADER
+    first = json.loads(s.wait_for("cast")[0])
+    assert first[1] == "o" and first[2].startswith("line ") and first[0] > 0

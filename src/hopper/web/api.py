@@ -29,6 +29,7 @@ from hopper.core.selection import JobFilter
 from hopper.core.states import TERMINAL_STATES, JobState, Reason
 from hopper.core.tally import GroupBy, tally
 from hopper.errors import HopperError
+from hopper.sessionhost.contract import CAST_FILE
 from hopper.store.index_page import PAGE_MAX
 from hopper.store.jobfile import EVENTS_FILE, JOB_FILE, LOG_FILE
 from hopper.store.layout import NotARealFolder
@@ -204,6 +205,12 @@ async def get_log(request: Request) -> Response:
     return await _followable(request, "log")
 
 
+async def get_cast(request: Request) -> Response:
+    """An interactive job's terminal.cast (asciicast v2): the file (Range as for the log;
+    404 when the job has none), or followed live as ``cast`` records."""
+    return await _followable(request, "cast")
+
+
 async def get_events(request: Request) -> Response:
     return await _followable(request, "events")
 
@@ -222,6 +229,10 @@ async def _followable(request: Request, kind: str) -> Response:
         return sse.response(sub, backlog, lambda: hub.unfollow(run_dir.name, kind, sub))
     if kind == "log":
         return _stream_file(run_dir / LOG_FILE, request)
+    if kind == "cast":
+        if not os.path.lexists(run_dir / CAST_FILE):
+            raise Refused(f"{run_dir.name} has no {CAST_FILE} (not an interactive job)", 404)
+        return _stream_file(run_dir / CAST_FILE, request)
     return _events_json(run_dir, request.query_params.get("tail"))
 
 
@@ -231,7 +242,8 @@ def _stream_file(path: Path, request: Request) -> Response:
     416 outside the file); ``?download=1`` makes the browser save it as ``<id>.log``."""
     headers = {"accept-ranges": "bytes", "cache-control": "no-store"}
     if request.query_params.get("download"):
-        headers["content-disposition"] = f'attachment; filename="{path.parent.name}.log"'
+        suffix = ".cast" if path.name == CAST_FILE else ".log"
+        headers["content-disposition"] = f'attachment; filename="{path.parent.name}{suffix}"'
     try:
         fd = open_regular(path)
     except FileNotFoundError:

@@ -133,6 +133,7 @@ def _api_routes(prefix: str) -> list[Route]:
             ("/api/jobs/{id}", api.get_job, None),
             ("/api/jobs/{id}/log", api.get_log, None),
             ("/api/jobs/{id}/events", api.get_events, None),
+            ("/api/jobs/{id}/cast", api.get_cast, None),
             ("/api/jobs/{id}/result", api.get_result, None),
             ("/api/jobs/{id}/abort", api.abort, ["POST"]),
             ("/api/jobs/{id}/retry", api.retry, ["POST"]),

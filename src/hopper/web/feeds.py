@@ -34,6 +34,8 @@ BACKLOG_BYTES = 256 * 1024
 PUMP_BYTES = 512 * 1024  # per read; escaped, at most 6 x that: well inside QUEUE_BYTES
 CHUNK_CHARS = 32 * 1024  # of log text per message (at most ~192 KiB once escaped)
 QUEUE_BYTES = 8 << 20  # what one client may have waiting, in bytes
+CAST = "cast"  # the message of one terminal.cast record
+HEADER_BYTES = 4096  # a cast header line longer than this is not looked for
 RELOAD = "reload"  # the event that tells a dropped client to start again
 
 Message = tuple[str, str]  # (SSE event name, data)
@@ -84,9 +86,13 @@ class Subscriber:
 
 
 class Feed:
-    def __init__(self, path: Path, *, lines: bool) -> None:
+    def __init__(self, path: Path, *, lines: bool, event: str = "event") -> None:
+        """``lines``: a JSON-lines file (events.jsonl, terminal.cast), each whole line
+        sent as one ``event`` message (``"event"``: the objects; ``"cast"``: asciicast
+        records, its header first on a cut backlog); else text sent as ``log``."""
         self.path = path
         self.lines = lines
+        self.event = event
         self.offset = 0  # bytes read from the file
         self.ino: int | None = None
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -127,7 +133,9 @@ class Feed:
             data = data[cut + 1 :] if cut >= 0 else b""
         out: list[Message] = [("start", json.dumps({"cut": start > 0}))]
         if self.lines:
-            out.extend(_events(data.split(b"\n")))
+            if start > 0 and self.event == CAST:
+                out.extend(_records(_first_line(fd_path=self.path), CAST))
+            out.extend(_records(data.split(b"\n"), self.event))
         elif data:
             out.extend(_log(data.decode("utf-8", "replace")))
         return out
@@ -157,7 +165,7 @@ class Feed:
             buf = self.partial + data
             cut = buf.rfind(b"\n")
             if cut >= 0:
-                out.extend(_events(buf[:cut].split(b"\n")))
+                out.extend(_records(buf[:cut].split(b"\n"), self.event))
                 buf = buf[cut + 1 :]
             self.partial = buf
         else:
@@ -171,7 +179,7 @@ class Feed:
         while self.more:
             yield self.pump()
         if self.lines:
-            yield _events([self.partial])
+            yield _records([self.partial], self.event)
             self.partial = b""
         else:
             yield _log(self.decoder.decode(b"", final=True))
@@ -190,15 +198,41 @@ def _log(text: str) -> list[Message]:
     ]
 
 
-def _events(lines: list[bytes]) -> list[Message]:
+def _records(lines: list[bytes], event: str) -> list[Message]:
+    """Each whole JSON line as an ``event`` message: objects for events.jsonl; for a
+    cast, its header (an object) and its ``[seconds, code, text]`` records."""
     out: list[Message] = []
     for line in lines:
         if not line.strip():
             continue
         try:
-            event = json.loads(line)
+            record = json.loads(line)
         except (ValueError, RecursionError):
             continue  # cut short by a crash: skipped, as every reader does
-        if isinstance(event, dict):
-            out.append(("event", json.dumps(event)))
+        if isinstance(record, dict) or (event == CAST and _cast_record(record)):
+            out.append((event, json.dumps(record)))
     return out
+
+
+def _cast_record(record: object) -> bool:
+    return (
+        isinstance(record, list)
+        and len(record) == 3
+        and isinstance(record[0], int | float)
+        and isinstance(record[1], str)
+        and isinstance(record[2], str)
+    )
+
+
+def _first_line(fd_path: Path) -> list[bytes]:
+    """A cast's header line (its first, at most :data:`HEADER_BYTES`), for a backlog cut
+    after it: the player needs the terminal's size."""
+    try:
+        fd = open_regular(fd_path)
+    except (OSError, UnreadableFile):
+        return []
+    try:
+        head = os.pread(fd, HEADER_BYTES, 0)
+    finally:
+        os.close(fd)
+    return [head.split(b"\n", 1)[0]] if b"\n" in head else []

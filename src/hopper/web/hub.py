@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hopper.core.states import TERMINAL_STATES
+from hopper.sessionhost.contract import CAST_FILE
 from hopper.store.jobfile import EVENTS_FILE, JOB_FILE, LOG_FILE
 from hopper.store.layout import Layout
 from hopper.store.markers import PAUSE_FILE
@@ -39,7 +40,7 @@ from hopper.web.feeds import Feed, Message, Subscriber
 
 log = logging.getLogger(__name__)
 
-FEED_FILES = {"log": LOG_FILE, "events": EVENTS_FILE}
+FEED_FILES = {"log": LOG_FILE, "events": EVENTS_FILE, "cast": CAST_FILE}
 _RESCAN = "\0rescan"  # a hint meaning: refresh everything
 _ROOT = "\0root"  # the watch key of <root> itself (job ids never hold a NUL)
 
@@ -277,7 +278,11 @@ class Hub:
         sub = Subscriber()
         feed = self.feeds.get((job_id, kind))
         if feed is None:
-            feed = Feed(run_dir / FEED_FILES[kind], lines=kind == "events")
+            feed = Feed(
+                run_dir / FEED_FILES[kind],
+                lines=kind != "log",
+                event="cast" if kind == "cast" else "event",
+            )
         else:
             self._pump(feed)
         backlog = feed.backlog()

@@ -207,7 +207,40 @@
   function closeJobStreams() {
     if (logStream) logStream.close();
     if (eventStream) eventStream.close();
-    logStream = eventStream = null;
+    if (castStream) castStream.close();
+    logStream = eventStream = castStream = null;
+  }
+  // -- an interactive job's terminal: terminal.cast (asciicast v2) replayed, then followed --
+  // Read-only: the records' text is written as it came (no timing replay), a resize
+  // record resizes; the stream's backlog is the file's end with its header first.
+  let castTerm = null, castStream = null;
+  async function showCast(id, base) {
+    $("#cast-view").hidden = true;
+    let r;
+    try { r = await fetch(base + "/cast", { headers: { Range: "bytes=0-0" } }); } catch (e) { return; }
+    if (!r.ok || current !== id) return;  // 404: not an interactive job
+    $("#cast-view").hidden = false;
+    if (!castTerm) {
+      castTerm = new window.Terminal({ disableStdin: true, scrollback: 5000, fontSize: 13, cols: 80, rows: 24,
+        theme: { background: "#111111" } });
+      castTerm.open($("#cast"));
+    }
+    const t = castTerm;
+    t.reset();
+    const size = (cols, rows) => { if (cols > 0 && rows > 0) t.resize(Math.min(cols, 500), Math.min(rows, 200)); };
+    castStream = new EventSource(base + "/cast");
+    castStream.addEventListener("start", (e) => {
+      t.reset();
+      $("#cast-note").textContent = JSON.parse(e.data).cut ? "(its start is not shown: download it from " + base + "/cast)" : "";
+    });
+    castStream.addEventListener("cast", (e) => {
+      const rec = JSON.parse(e.data);
+      if (!Array.isArray(rec)) { size(rec.width, rec.height); return; }
+      if (rec[1] === "o") t.write(rec[2]);
+      else if (rec[1] === "r") { const m = /^(\d+)x(\d+)$/.exec(rec[2]); if (m) size(+m[1], +m[2]); }
+    });
+    castStream.addEventListener("reset", () => t.reset());
+    castStream.addEventListener("end", () => castStream && castStream.close());
   }
   function showRecord(j) {
     $("#job-title").textContent = j.name;
@@ -251,6 +284,7 @@
       // server's retry delay (2 s, so a flood cannot make it reconnect in a loop); "start"
       // then shows the end of the log afresh
       logStream.addEventListener("reload", () => t.write("\n\x1b[33m--- this page fell behind the log; catching up from its end ---\x1b[0m\n"));
+      showCast(id, base);
       eventStream = new EventSource(base + "/events");
       eventStream.addEventListener("start", () => $("#events").replaceChildren());
       eventStream.addEventListener("event", (e) => {
