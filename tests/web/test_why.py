@@ -75,7 +75,7 @@ def test_queued_rows_say_what_they_wait_for(layout: Layout, one_slot: TestClient
         "job-2-slot": "all slots busy",
         "job-3-after": "waiting for builder",
         "job-4-session": "all slots busy",
-        "job-5-session": "session chat has an earlier job",
+        "job-5-session": "waiting for session chat's turn",
     }
 
 
