@@ -20,6 +20,7 @@ from hopper.agents import npm
 from hopper.cli.doctor.agents import check_agents
 from hopper.cli.doctor.check import Check
 from hopper.cli.doctor.config import check_configuration
+from hopper.cli.doctor.interactive import check_claude_interactive
 from hopper.cli.doctor.root import (
     INOTIFY_DIR,
     check_free_space,
@@ -196,10 +197,16 @@ def test_agents_found_missing_and_broken(tmp_path: Path) -> None:
     def find(name: str, configured: str | None) -> str:
         return bins[name]
 
-    checks = check_agents(Config(default_agent="claude"), find=find)
-    assert statuses(checks) == {"agent bash": "ok", "agent claude": "ok", "agent codex": "warn"}
+    home = {"HOME": str(tmp_path), "ANTHROPIC_API_KEY": "sk-ant-doctor-0123456789abcdefghij"}
+    checks = check_agents(Config(default_agent="claude"), find=find, env=home)
+    assert statuses(checks) == {
+        "agent bash": "ok",
+        "agent claude": "ok",
+        "agent claude interactive": "ok",
+        "agent codex": "warn",
+    }
     assert "2.0.1 (Claude Code)" in checks[1].message
-    assert "node: not found" in checks[2].message
+    assert "node: not found" in checks[3].message
 
     def missing(name: str, configured: str | None) -> str:
         raise BadPrompt(f"the {name} CLI is not installed")
@@ -212,6 +219,38 @@ def test_agents_found_missing_and_broken(tmp_path: Path) -> None:
     assert checks[2].fix.startswith("hopper agents install")
     checks = check_agents(Config(default_agent="bash"), find=missing)
     assert "fail" not in set(statuses(checks).values())
+
+
+def test_interactive_claude_says_what_it_sets_and_what_it_cannot(tmp_path: Path) -> None:
+    key = "sk-ant-doctor-0123456789abcdefghij"
+    env = {"HOME": str(tmp_path), "ANTHROPIC_API_KEY": key}
+    check = check_claude_interactive(env, "2.1.330 (Claude Code)", "interactive")
+    assert check.status == "ok" and "2.1.330 (Claude Code)" in check.message
+    assert "hasCompletedOnboarding" in check.message and "customApiKeyResponses" in check.message
+    assert not (tmp_path / ".claude.json").exists()  # doctor only reads
+    # nothing to authenticate with: a warning for mode = "interactive", a note otherwise
+    bare = {"HOME": str(tmp_path)}
+    check = check_claude_interactive(bare, "2.1.330", "interactive")
+    assert check.status == "warn" and "login screen" in check.message
+    assert "ANTHROPIC_API_KEY" in check.fix
+    assert check_claude_interactive(bare, "2.1.330", "headless").status == "ok"
+    # a logged-in account is enough; a complete config needs nothing set
+    config = {"hasCompletedOnboarding": True, "oauthAccount": {"emailAddress": "me@example.org"}}
+    (tmp_path / ".claude.json").write_text(json.dumps(config))
+    check = check_claude_interactive(bare, "2.1.330", "interactive")
+    assert check.status == "ok" and "logged-in account" in check.message
+    assert "sets at the first start" not in check.message
+    # a key the user rejected stays rejected: said, with the way out
+    config["customApiKeyResponses"] = {"approved": [], "rejected": [key[-20:]]}
+    (tmp_path / ".claude.json").write_text(json.dumps(config))
+    check = check_claude_interactive(env, "2.1.330", "interactive")
+    assert check.status == "warn" and "rejected" in check.message
+    assert str(tmp_path / ".claude.json") in check.fix
+    # a broken config is named, never rewritten
+    (tmp_path / ".claude.json").write_text("{oops")
+    check = check_claude_interactive(env, "2.1.330", "interactive")
+    assert check.status == "warn" and str(tmp_path / ".claude.json") in check.message
+    assert (tmp_path / ".claude.json").read_text() == "{oops"
 
 
 def test_agents_without_bash_fails() -> None:
@@ -236,7 +275,11 @@ def test_custom_agent_missing_executable() -> None:
 def test_agents_real_lookup_runs() -> None:
     """The real find/--version path (the repo's pinned CLIs, if installed)."""
     checks = check_agents(Config(default_agent="bash"))
-    assert {c.name for c in checks} == {"agent bash", "agent claude", "agent codex"}
+    names = {c.name for c in checks}
+    assert names - {"agent claude interactive"} == {"agent bash", "agent claude", "agent codex"}
+    # the interactive check comes with a claude CLI that answered --version
+    claude_ok = any(c.name == "agent claude" and c.status == "ok" for c in checks)
+    assert ("agent claude interactive" in names) == claude_ok
 
 
 # --- the watcher ----------------------------------------------------------------

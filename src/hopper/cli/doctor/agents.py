@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from hopper.agents.driven import find_binary
 from hopper.cli.doctor.check import Check, ok
+from hopper.cli.doctor.interactive import check_claude_interactive
 from hopper.config import Config
 from hopper.core.prompt import BadPrompt
 
@@ -36,6 +37,7 @@ def check_agents(
     find: Callable[[str, str | None], str] = find_binary,
     version: Callable[[str], str] = agent_version,
     which: Callable[[str], str | None] = shutil.which,
+    env: Mapping[str, str] | None = None,
 ) -> list[Check]:
     """bash must be there (the watcher serves bash jobs with nothing else installed);
     a missing agent CLI is a warning naming the one command that installs it."""
@@ -68,7 +70,13 @@ def check_agents(
             )
             continue
         try:
-            checks.append(ok(f"agent {name}", f"{binary}: {version(binary)}"))
+            said = version(binary)
+            checks.append(ok(f"agent {name}", f"{binary}: {said}"))
+            if name == "claude":
+                agent_env = {**(os.environ if env is None else env), **config.env}
+                agent_env.update(table.env if table else {})
+                mode = table.mode if table else "headless"
+                checks.append(check_claude_interactive(agent_env, said, mode))
         except (OSError, subprocess.TimeoutExpired) as exc:
             checks.append(
                 Check(
