@@ -107,3 +107,14 @@ def test_custom_agents_in_a_json_dialect() -> None:
 def test_a_config_default_is_checked_like_the_front_matter() -> None:
     config = Config(max_cost_usd=1.0)
     assert "names no model" in refusal(prompt(agent="codex"), config)
+
+
+def test_an_interactive_job_takes_no_per_job_limit() -> None:
+    """An interactive job is a message to a live session: its front matter's limits are
+    refused, and the defaults (agent table, config) are for headless jobs only."""
+    detail = refusal(prompt(agent="claude", mode="interactive", session="s", max_tokens=5), LAYERS)
+    assert "'max_tokens' is followed for headless agent jobs" in detail
+    assert "[budgets.sessions.NAME]" in detail
+    got = verdict(prompt(agent="claude", mode="interactive", session="s"), LAYERS)
+    assert isinstance(got, Admission), got
+    assert (got.settings["max_cost_usd"], got.settings["max_tokens"]) == (None, None)

@@ -306,7 +306,15 @@ def interactive(
             f"executor {settings['executor']!r}",
             hint='drop the executor key, or use mode = "headless"',
         )
-    return {**settings, "executor": SESSION_EXECUTOR}
+    for key in ("max_cost_usd", "max_tokens"):
+        if getattr(spec.options, key) is not None:
+            raise BadPrompt(
+                f'key {key!r} is followed for headless agent jobs; mode = "interactive" is a '
+                "message to a live session",
+                hint='bound the session with [budgets.sessions.NAME], or use mode = "headless"',
+            )
+    # a route's, an agent table's or the config's limits are for headless jobs only
+    return {**settings, "executor": SESSION_EXECUTOR, "max_cost_usd": None, "max_tokens": None}
 
 
 def settings_for(spec: PromptSpec, inbox_path: str, config: AdmissionDefaults) -> dict[str, object]:
