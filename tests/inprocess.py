@@ -215,7 +215,9 @@ def names(layout: Layout, job_id: str) -> list[str]:
 
 
 def leases(layout: Layout) -> list[Path]:
-    return [p for p in (layout.root / ".hopper" / "slots").rglob("*") if p.is_file()]
+    """The slot leases held: a watcher's kept spares (``.spare.*``, dot-names) are not leases."""
+    slots = layout.root / ".hopper" / "slots"
+    return [p for p in slots.rglob("*") if p.is_file() and not p.name.startswith(".")]
 
 
 def marker_looks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
