@@ -65,7 +65,7 @@ class Session:
             lambda: len(self.agent.markers(self.session_dir)) > before, TURN, "the Stop marker"
         )
         marker = json.loads(self.agent.markers(self.session_dir)[-1].read_text())
-        entries = self.read_until_result()
+        entries = self.read_until_result(prompt)
         used_before = self.tally.usage
         self.tally = tally_usage(self.tally, entries)
         return marker, entries, turn_usage(used_before, self.tally.usage)
@@ -77,14 +77,21 @@ class Session:
         self.pty.pump_for(SUBMIT_GAP)
         self.pty.type(self.agent.submit_keys())
 
-    def read_until_result(self) -> list[dict[str, Any]]:
-        """The log's new entries, read until its last assistant answer is in."""
+    def read_until_result(self, prompt: str | None = None) -> list[dict[str, Any]]:
+        """The log's new entries, read until the answer to ``prompt`` (its user entry
+        seen, then the agent waiting) is in: the Stop marker can come before the log
+        has the answer. Entries before ``prompt``'s own are left out."""
         entries: list[dict[str, Any]] = []
 
         def answered() -> bool:
             got = self.agent.read_log(None, self.offset)
             self.offset = got.offset
             entries.extend(got.entries)
+            if prompt is not None:
+                starts = [i for i, e in enumerate(entries) if prompt in _user_text(e)]
+                if not starts:
+                    return False
+                del entries[: starts[-1]]
             return agent_state(entries, now=100.0, last_change=0.0) == "waiting_for_input"
 
         assert self.pty is not None
@@ -94,6 +101,16 @@ class Session:
             tail = [(e.get("type"), e.get("subtype"), str(e.get("message"))[:200]) for e in entries]
             raise AssertionError(f"{exc}\nlog entries: {tail[-6:]}") from None
         return entries
+
+
+def _user_text(entry: dict[str, Any]) -> str:
+    if entry.get("type") != "user":
+        return ""
+    content = (entry.get("message") or {}).get("content")
+    if isinstance(content, str):
+        return content
+    blocks = content if isinstance(content, list) else []
+    return "".join(str(b.get("text") or "") for b in blocks if isinstance(b, dict))
 
 
 @pytest.fixture(params=list(CLAUDE_VERSIONS), ids=lambda v: f"claude-{v}")
