@@ -65,9 +65,8 @@ class Session:
             lambda: len(self.agent.markers(self.session_dir)) > before, TURN, "the Stop marker"
         )
         marker = json.loads(self.agent.markers(self.session_dir)[-1].read_text())
-        entries = self.read_until_result(prompt)
         used_before = self.tally.usage
-        self.tally = tally_usage(self.tally, entries)
+        entries = self.read_until_result(prompt)
         return marker, entries, turn_usage(used_before, self.tally.usage)
 
     def type(self, prompt: str) -> None:
@@ -86,12 +85,13 @@ class Session:
         def answered() -> bool:
             got = self.agent.read_log(None, self.offset)
             self.offset = got.offset
+            self.tally = tally_usage(self.tally, got.entries)  # the session's running totals
             entries.extend(got.entries)
             if prompt is not None:
                 starts = [i for i, e in enumerate(entries) if prompt in _user_text(e)]
                 if not starts:
                     return False
-                del entries[: starts[-1]]
+                del entries[: starts[0]]
             return agent_state(entries, now=100.0, last_change=0.0) == "waiting_for_input"
 
         assert self.pty is not None
