@@ -99,7 +99,8 @@ class Session:
             self.pty.wait(answered, TURN, "the answer in the session log")
         except AssertionError as exc:
             tail = [(e.get("type"), e.get("subtype"), str(e.get("message"))[:200]) for e in entries]
-            raise AssertionError(f"{exc}\nlog entries: {tail[-6:]}") from None
+            marks = [m.read_text()[-400:] for m in self.agent.markers(self.session_dir)]
+            raise AssertionError(f"{exc}\nlog entries: {tail[-6:]}\nmarkers: {marks}") from None
         return entries
 
 
