@@ -169,6 +169,7 @@ def test_a_queued_message_says_it_waits_for_the_sessions_turn(
     watchers.start(env=HOST_ENV)
     drop(layout, "long", message("slow", session="chat"))
     rec = running(layout, "long")
+    poll_until(lambda: b"tick" in cast_of(layout.run_dir(rec.id)), WAIT, "the turn going on")
     drop(layout, "queued", message("later", session="chat"))
     poll_until(
         lambda: "waiting for session chat's turn" in hopper("status", "queued").stdout,

@@ -122,6 +122,7 @@ class Host:
         self.ready = False
         self.screen = bytearray()
         self.last_output = now
+        self.unready_at = now  # when the agent was last not known to be at its prompt
         self.ladder = Ladder(grace=self.spec.grace)
         self.last_interrupt = -1e9
         self.next_requests = self.next_log = self.next_memory = now
@@ -291,6 +292,13 @@ class Host:
             if self.state.state == c.STARTING:
                 self.save(state=c.IDLE)
 
+    def _unready(self, now: float) -> None:
+        """The agent leaves its prompt (a message typed, an interrupt): the screen so far
+        says nothing about when it is back."""
+        self.ready = False
+        self.screen.clear()
+        self.unready_at = now
+
     def _type(self, data: bytes) -> None:
         if self.pty is not None and self.pty.master >= 0:
             self.pty.write(data)
@@ -321,11 +329,13 @@ class Host:
             self.listener.answer(req.client, {"ok": True, "closed": True}, end=True)
             return
         job = self.turn.request.job_id if self.turn is not None else None
+        submitted = self.turn is not None and not self.turn.enter
+        if submitted:  # typed again once the agent shows its prompt anew
+            self._unready(now)
         self._type(self.agent.interrupt_keys())
         if self.turn is not None:
             self._end_turn(c.INTERRUPTED, "interrupted on request", now)
-            self.ready = False  # typed again once the agent shows its prompt
-            self.screen.clear()
+            self.ready = self.ready or not submitted  # its Enter never went: still at the prompt
         self.listener.answer(req.client, {"ok": True, "job": job}, end=True)
 
     # -- turns ----------------------------------------------------------------------
@@ -364,7 +374,7 @@ class Host:
             self.ready = True  # ready after a quiet spell: no new output to look at
             if self.state.state == c.STARTING:
                 self.save(state=c.IDLE)
-        if not self.ready and now - self.born >= READY_FALLBACK:
+        if not self.ready and now - self.unready_at >= READY_FALLBACK:
             self.note(f"the agent never looked ready in {READY_FALLBACK:.0f} s: typing anyway")
             self.ready = True
         if not self.ready or now - self.last_output < READY_QUIET:
@@ -405,8 +415,7 @@ class Host:
         self.log.waiting = False
         turn.log(f"[hopper] turn {number} of session {self.spec.name} (agent pid {self.pty.pid})\n")
         turn.cast.output(bytes(self.screen[-4096:]), now)
-        self.ready = False
-        self.screen.clear()
+        self._unready(now)
         keys = self.agent.type_prompt(req.text)
         if keys.endswith(b"\r"):  # the paste first, its Enter once the screen has taken it
             keys, turn.enter = keys[:-1], b"\r"
@@ -452,8 +461,8 @@ class Host:
             detail = f"the session log says {verdict.state} (quiet {self.spec.settle:g} s)"
             self._end_turn(c.SESSION_LOG, detail, now, failed=verdict.state == "api_error")
         elif turn.deadline is not None and now >= turn.deadline:
+            self._unready(now)
             self._type(self.agent.interrupt_keys())
-            self.ready = False
             self._end_turn(c.TIMEOUT, f"no end of turn within {turn.request.timeout:g} s", now)
 
     def _end_turn(self, how: str, detail: str, now: float, failed: bool = False) -> None:
