@@ -54,7 +54,7 @@ def run_checks(args: argparse.Namespace, env: Mapping[str, str]) -> list[Check]:
         checks += [
             check_one_filesystem(layout),
             writable,
-            check_degraded(writable, lambda: root_watcher_processes(layout)),
+            check_degraded(writable, lambda: root_watcher_processes(layout, effective.root)),
             check_free_space(layout.root),
             check_inotify(layout),
         ]

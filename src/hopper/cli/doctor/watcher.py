@@ -9,6 +9,7 @@ import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -21,7 +22,7 @@ from hopper.core.states import JobState
 from hopper.proc import identity
 from hopper.store.inbox import scan
 from hopper.store.index import JobIndex
-from hopper.store.layout import Layout
+from hopper.store.layout import Layout, resolve_root
 from hopper.store.watchers import beat_files, beat_of, boot_id, read_raw
 
 #: A running job's heartbeat older than this many heartbeat intervals (at
@@ -40,10 +41,43 @@ def watcher_processes() -> list[tuple[int, list[str]]]:
     return found
 
 
-def root_watcher_processes(layout: Layout) -> list[tuple[int, list[str]]]:
+def root_watcher_processes(
+    layout: Layout, config_root: str | None = None
+) -> list[tuple[int, list[str]]]:
     """(pid, argv) of this host's live watchers of *this* root: a heartbeat file under
     the root (however old: a degraded watcher cannot rewrite it) names a process that
-    still runs here (same host name and boot id, pid and start time)."""
+    still runs here (same host name and boot id, pid and start time); or a ``hopper
+    run`` here whose own root (its --root, else its $HOPPER_ROOT, else ``config_root``)
+    is this root — a watcher that came up on a full or read-only root never wrote a
+    heartbeat file at all."""
+    found = _beating_watchers(layout)
+    known = {pid for pid, _ in found}
+    for pid, argv in watcher_processes():
+        if pid not in known and _root_of(pid, argv, config_root) == layout.root:
+            found.append((pid, argv))
+    return found
+
+
+def _root_of(pid: int, argv: list[str], config_root: str | None) -> Path | None:
+    """The root a ``hopper run`` process serves, as store/layout.resolve_root picks it
+    (None when its environment or working directory cannot be read)."""
+    named = None
+    for i, arg in enumerate(argv):
+        if arg == "--root" and i + 1 < len(argv):
+            named = argv[i + 1]
+        elif arg.startswith("--root="):
+            named = arg.split("=", 1)[1]
+    try:
+        proc = psutil.Process(pid)
+        env = proc.environ()
+        cwd = proc.cwd()
+    except (psutil.Error, OSError):
+        return None
+    root = resolve_root(named, env, config_root)
+    return Path(os.path.normpath(os.path.join(cwd, root)))
+
+
+def _beating_watchers(layout: Layout) -> list[tuple[int, list[str]]]:
     here = (socket.gethostname(), boot_id())
     found = []
     for path in beat_files(layout):
