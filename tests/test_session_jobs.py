@@ -126,6 +126,26 @@ def test_abort_interrupts_the_turn_and_the_session_takes_the_next_message(
     assert after.state == "succeeded" and after.pid == aborted.pid
 
 
+def test_an_interactive_jobs_agent_state_is_live_while_its_turn_runs(
+    layout: Layout, watchers: Watchers, hosts: None
+) -> None:
+    watchers.start(env=HOST_ENV)
+    drop(layout, "long", message("slow", session="chat"))
+    rec = running(layout, "long")
+    run = layout.run_dir(rec.id)
+    poll_until(lambda: read_record(run).agent_state == "working", WAIT, "agent_state working")
+    live = json.loads((run / "agent.state.json").read_text())
+    assert live["agent_state"] == "working"
+    (run / "ABORT").touch()
+    aborted = ended(layout, "long")
+    assert aborted.state == "aborted" and aborted.agent_state == "idle", aborted
+    drop(layout, "next", message("after", session="chat"))
+    after = ended(layout, "next")
+    assert after.state == "succeeded" and after.agent_state == "waiting_for_input", after
+    live = json.loads((layout.run_dir(after.id) / "agent.state.json").read_text())
+    assert live["agent_state"] == "waiting_for_input"
+
+
 def test_a_job_without_a_session_gets_a_host_that_ends_with_it(
     layout: Layout, watchers: Watchers, hosts: None
 ) -> None:

@@ -24,6 +24,7 @@ from hopper.core.sessions import (
     log_session_id,
     tally_usage,
     turn_result,
+    turn_state,
     turn_usage,
     turn_verdict,
 )
@@ -91,6 +92,16 @@ def test_waiting_is_believed_only_after_settle() -> None:
     first = turns("turns_2.1.330")[1]
     assert agent_state(first, now=10.0, last_change=9.0, settle=3.0) == "working"
     assert agent_state(first, now=12.0, last_change=9.0, settle=3.0) == "waiting_for_input"
+
+
+def test_a_turn_is_working_until_its_log_says_otherwise() -> None:
+    assert turn_state([], now=100.0, last_change=0.0) == "working"  # typed, log not written yet
+    assert turn_state(turns("turns_2.1.330")[0], now=100.0, last_change=0.0) == "working"
+    first = turns("turns_2.1.330")[1]
+    assert turn_state(first, now=10.0, last_change=9.0, settle=3.0) == "working"
+    assert turn_state(first, now=12.0, last_change=9.0, settle=3.0) == "waiting_for_input"
+    log = entries("api_error_401_2.1.330")
+    assert turn_state(log, now=0.0, last_change=0.0) == "api_error"
 
 
 def test_turn_verdict_prefers_the_marker_then_the_log_then_the_deadline() -> None:

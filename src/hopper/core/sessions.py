@@ -143,6 +143,20 @@ def agent_state(
     return "waiting_for_input" if settled else "working"
 
 
+def turn_state(
+    entries: Sequence[Mapping[str, Any]],
+    now: float,
+    last_change: float,
+    settle: float = DEFAULT_SETTLE,
+) -> LogState:
+    """The agent's state while a message's turn runs: :func:`agent_state` of the turn's
+    log entries, ``working`` before the log shows any (the message is typed: the
+    agent is at it, though its log has nothing yet)."""
+    if last_conversation_entry(entries) is None:
+        return "working"
+    return agent_state(entries, now, last_change, settle)
+
+
 def last_conversation_entry(entries: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The last user or assistant entry (bookkeeping, system and meta lines skipped)."""
     for entry in reversed(entries):

@@ -441,6 +441,10 @@ class Host:
             if entries:
                 turn.entries.extend(entries)
                 turn.last_change = now
+                turn.live.last_activity = time.time()
+            turn.live.set(
+                verdicts.turn_state(turn.entries, now, turn.last_change, self.spec.settle)
+            )
         verdict = verdicts.turn_verdict(
             markers=len(new_markers),
             entries=turn.entries,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hopper.agents.livestate import LiveState
 from hopper.proc.rundir import RunDir
 from hopper.sessionhost.cast import Cast
 from hopper.sessionhost.contract import (
@@ -66,6 +67,7 @@ class Turn:
     files: RunDir
     cast: Cast
     log_fd: int
+    live: LiveState  # agent.state.json: the watcher folds it into job.json
     result: str | None = None
     last_change: float = 0.0  # monotonic: when the agent's log last grew
     enter: bytes = b""  # the Enter still to type after the paste
@@ -99,8 +101,10 @@ class Turn:
             files,
             cast,
             log_fd,
+            LiveState(Path(request.run_dir)),
             last_change=now,
         )
+        turn.live.set("working")
         return turn
 
     def log(self, text: str) -> None:
@@ -139,6 +143,7 @@ class Turn:
             "usage": {k: v for k, v in usage.items() if v is not None and v >= 0},
             "agent_state": ("api_error" if failed else "waiting_for_input") if done else "idle",
         }
+        self.live.set(str(summary["agent_state"]))
         if wrote_result:
             summary["result_path"] = RESULT_FILE
         try:
