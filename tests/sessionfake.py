@@ -6,7 +6,9 @@
 ``$HOPPER_SESSION_DIR/fake.log.jsonl`` and, as a Stop hook would, writes a
 marker into ``$HOPPER_SESSION_DIR/markers/``. Special messages: ``slow``
 ticks until Esc; ``hang`` never answers; ``quiet TEXT`` answers without a
-marker (the session log must end the turn); ``exit`` exits; ``eat N``
+marker (the session log must end the turn); ``spend N`` logs a tool call
+that used N output tokens (model ``fake-model``) and then ticks until Esc
+(a turn still going when its spend is known); ``exit`` exits; ``eat N``
 holds N MiB. ``python sessionfake.py host`` is a host process with
 :class:`FakeAgent` (the spec on stdin, as ``python -m hopper.sessionhost``).
 """
@@ -103,6 +105,19 @@ def _answer(sid: str, n: int, text: str, marker: bool) -> None:
         (folder / f"{time.time_ns()}-{n}.done").write_text(sid)
 
 
+def _spend(sid: str, n: int, tokens: int) -> None:
+    """A tool call mid-turn whose usage is in the log before the turn could end."""
+    _log({"type": "user", "sessionId": sid, "message": {"content": f"spend {tokens}"}})
+    message = {
+        "id": f"m{os.getpid()}-{n}",
+        "model": "fake-model",
+        "content": [{"type": "tool_use", "name": "Bash", "input": {"command": "make"}}],
+        "usage": {"input_tokens": 10, "output_tokens": tokens},
+    }
+    _log({"type": "assistant", "sessionId": sid, "message": message})
+    _slow()
+
+
 def _slow() -> None:
     while True:
         ready, _, _ = select.select([0], [], [], 0.1)
@@ -139,6 +154,8 @@ def cli(argv: list[str]) -> int:
                 return 0
             if text == "slow":
                 _slow()
+            elif text.startswith("spend "):
+                _spend(sid, n, int(text.split()[1]))
             elif text == "hang":
                 continue  # never answers, never READY again
             elif text.startswith("eat "):

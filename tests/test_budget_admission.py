@@ -109,12 +109,25 @@ def test_a_config_default_is_checked_like_the_front_matter() -> None:
     assert "names no model" in refusal(prompt(agent="codex"), config)
 
 
-def test_an_interactive_job_takes_no_per_job_limit() -> None:
-    """An interactive job is a message to a live session: its front matter's limits are
-    refused, and the defaults (agent table, config) are for headless jobs only."""
-    detail = refusal(prompt(agent="claude", mode="interactive", session="s", max_tokens=5), LAYERS)
-    assert "'max_tokens' is followed for headless agent jobs" in detail
-    assert "[budgets.sessions.NAME]" in detail
+def test_an_interactive_job_takes_max_tokens_and_a_priced_cost_limit() -> None:
+    """The session host follows a turn's tokens from the session log (no cost in it):
+    max_tokens is taken from every layer; max_cost_usd needs the agent's model priced,
+    else the front matter's is refused with the fix and a default is dropped."""
+    assert limits(
+        prompt(agent="claude", mode="interactive", session="s", max_tokens=5), LAYERS
+    ) == (
+        None,
+        5,
+    )
+    detail = refusal(prompt(agent="claude", mode="interactive", max_cost_usd=0.5), LAYERS)
+    assert "max_cost_usd cannot be followed" in detail and "names no model" in detail
+    assert '[prices."<model>"]' in detail
     got = verdict(prompt(agent="claude", mode="interactive", session="s"), LAYERS)
     assert isinstance(got, Admission), got
-    assert (got.settings["max_cost_usd"], got.settings["max_tokens"]) == (None, None)
+    assert (got.settings["max_cost_usd"], got.settings["max_tokens"]) == (None, 2000)
+    unpriced = Config(agents={"claude": AgentConfig(model="opus")})
+    detail = refusal(prompt(agent="claude", mode="interactive", max_cost_usd=0.5), unpriced)
+    assert "model 'opus' has no price" in detail
+    priced = Config(agents={"claude": AgentConfig(model="gpt-5.5")}, prices=PRICED)
+    interactive = prompt(agent="claude", mode="interactive", max_cost_usd=0.5)
+    assert limits(interactive, priced) == (0.5, None)

@@ -221,3 +221,19 @@ def test_attach_to_a_job_that_is_not_interactive_says_so(
     rec = ended(layout, "plain")
     out = hopper("attach", rec.id)
     assert out.returncode == 1 and "has no live session" in out.stderr
+
+
+def test_a_message_crossing_its_max_tokens_fails_budget_exceeded_and_the_session_goes_on(
+    layout: Layout, watchers: Watchers, hosts: None
+) -> None:
+    over = '+++\nagent = "claude"\nmode = "interactive"\nsession = "chat"\nmax_tokens = 100\n+++\n'
+    drop(layout, "over", over + "spend 500\n")
+    watchers.start(env=HOST_ENV)
+    first = ended(layout, "over")
+    drop(layout, "after", message("after", session="chat"))
+    second = ended(layout, "after")
+    assert (first.state, first.reason) == ("failed", "budget_exceeded"), first.detail
+    assert first.detail is not None and first.detail.startswith("max_tokens 100 reached: spent 510")
+    assert "raise max_tokens in the front matter or [agents.claude]" in first.detail
+    assert first.usage is not None and first.usage.output_tokens == 500
+    assert second.state == "succeeded" and second.pid == first.pid and second.turns == 2

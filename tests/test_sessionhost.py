@@ -99,6 +99,43 @@ def test_interrupt_ends_the_turn_and_the_next_message_runs_in_the_same_agent(
     assert (session.state() or _no).live
 
 
+def test_a_turn_crossing_max_tokens_is_interrupted_and_the_session_lives_on(
+    session: Session,
+) -> None:
+    session.start()
+    over = session.send("spend 500", max_tokens=100)
+    end = session.ended(over)
+    assert end.ended == c.BUDGET
+    assert end.detail == (
+        "max_tokens 100 reached: spent 510 tokens (cost unknown: the agent reports tokens "
+        'only; no [prices."fake-model"] in the config); raise max_tokens in the front '
+        "matter or [agents.fake]"
+    )
+    assert end.usage == {"input_tokens": 10, "output_tokens": 500}
+    summary = json.loads((over / "agent.json").read_text())
+    assert summary["outcome"] == "budget_exceeded" and summary["detail"] == end.detail
+    # "spend" ticks until Esc: the next turn runs only if the interrupt keys were typed
+    within = session.ended(session.send("after", max_tokens=100))
+    assert within.ended == c.STOP_HOOK and within.agent_pid == end.agent_pid
+    assert (session.state() or _no).live
+
+
+def test_a_turn_crossing_max_cost_usd_is_priced_by_the_logs_model(session: Session) -> None:
+    """The session log carries no cost: the tokens are priced by the [prices] row of the
+    model the log names (the request's [agents.NAME] model is the fallback)."""
+    session.start()
+    row = {"input_per_mtok": 1000.0, "output_per_mtok": 1000.0}
+    priced = {"max_cost_usd": 0.5, "model": "other", "prices": {"fake-model": row}}
+    under = session.ended(session.send("spend 300", timeout=2.0, **priced))  # $0.31
+    assert under.ended == c.TIMEOUT
+    over = session.ended(session.send("spend 500", **priced))  # $0.51
+    assert over.ended == c.BUDGET and over.agent_pid == under.agent_pid
+    assert over.detail == (
+        "max_cost_usd 0.5 reached: spent $0.5100 (510 tokens); raise max_cost_usd in the "
+        "front matter or [agents.fake]"
+    )
+
+
 def test_two_interrupts_within_two_seconds_close_the_session(session: Session) -> None:
     session.start()
     slow = session.send("slow")

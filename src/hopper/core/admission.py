@@ -306,15 +306,21 @@ def interactive(
             f"executor {settings['executor']!r}",
             hint='drop the executor key, or use mode = "headless"',
         )
-    for key in ("max_cost_usd", "max_tokens"):
-        if getattr(spec.options, key) is not None:
+    # The host follows the turn's tokens from the session log, which carries no cost:
+    # max_cost_usd needs [agents.NAME] model and its [prices] row.
+    cost = settings.get("max_cost_usd")
+    model = table.model if table is not None else None
+    if cost is not None and (model is None or model not in config.prices):
+        if spec.options.max_cost_usd is not None:
+            why = "names no model" if model is None else f"model {model!r} has no price"
             raise BadPrompt(
-                f'key {key!r} is followed for headless agent jobs; mode = "interactive" is a '
-                "message to a live session",
-                hint='bound the session with [budgets.sessions.NAME], or use mode = "headless"',
+                f'max_cost_usd cannot be followed for mode = "interactive": the session log '
+                f"reports tokens only and agent {agent!r} {why}",
+                hint=f'set [agents.{agent}] model and add [prices."<model>"] input_per_mtok = '
+                '…, output_per_mtok = … to the config, or use max_tokens, or mode = "headless"',
             )
-    # a route's, an agent table's or the config's limits are for headless jobs only
-    return {**settings, "executor": SESSION_EXECUTOR, "max_cost_usd": None, "max_tokens": None}
+        cost = None  # a route's, agent table's or the config's default it cannot price
+    return {**settings, "executor": SESSION_EXECUTOR, "max_cost_usd": cost}
 
 
 def settings_for(spec: PromptSpec, inbox_path: str, config: AdmissionDefaults) -> dict[str, object]:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hopper.agents.drive import SPEC_FILE
 from hopper.agents.driven import PROMPT_BODY_FILE
-from hopper.config import AgentConfig
+from hopper.config import AgentConfig, Config
 from hopper.core.outcome import classify
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import RunSnapshot
@@ -100,13 +100,7 @@ class SessionExecutor:
             own_job=None if shared else record.id,
         )
         plan = HostPlan(folder, spec, host_argv(), sessions_root(self.ctx.layout))
-        message = TurnRequest(
-            job_id=record.id,
-            run_dir=str(run_dir),
-            text=text,
-            timeout=record.timeout_seconds,
-            cast_max=record.output_max_bytes,
-        )
+        message = message_for(record, run_dir, text, config)
         call = self.lane.submit(host_work(plan))
         return SessionStart(self, launch, call, plan, message)
 
@@ -202,7 +196,7 @@ class SessionExecutor:
         """Watch it again; a message the last watcher recorded running but died before
         dropping (no request, no turn.json) is dropped now, from prompt.body.md."""
         job = adopt(record, run_dir, self.ctx)
-        redeliver(self.folder(record), record, run_dir)
+        redeliver(self.folder(record), record, run_dir, self.ctx.config)
         return job
 
 
@@ -227,7 +221,23 @@ class SessionRecovery:
         return self.executor.end_of(job, end) if end is not None else self.executor.lost(job)
 
 
-def redeliver(folder: Path, record: JobRecord, run_dir: Path) -> bool:
+def message_for(record: JobRecord, run_dir: Path, text: str, config: Config) -> TurnRequest:
+    """The message the host types, with the job's limits it follows during the turn."""
+    table = config.agents.get(record.agent) or AgentConfig()
+    return TurnRequest(
+        job_id=record.id,
+        run_dir=str(run_dir),
+        text=text,
+        timeout=record.timeout_seconds,
+        cast_max=record.output_max_bytes,
+        max_cost_usd=record.max_cost_usd,
+        max_tokens=record.max_tokens,
+        model=table.model,
+        prices={model: row.model_dump() for model, row in config.prices.items()},
+    )
+
+
+def redeliver(folder: Path, record: JobRecord, run_dir: Path, config: Config) -> bool:
     """Drop the job's message again if it never reached its host. The order of the
     looks matters: the host removes a request only after its turn.json is durable."""
     path = request_file(folder, record.id)
@@ -236,13 +246,7 @@ def redeliver(folder: Path, record: JobRecord, run_dir: Path) -> bool:
     text = contract.read_small(run_dir / PROMPT_BODY_FILE)
     if text is None:
         return False
-    message = TurnRequest(
-        job_id=record.id,
-        run_dir=str(run_dir),
-        text=text.decode(errors="replace").rstrip("\n"),
-        timeout=record.timeout_seconds,
-        cast_max=record.output_max_bytes,
-    )
+    message = message_for(record, run_dir, text.decode(errors="replace").rstrip("\n"), config)
     write_atomic(path, message.to_json(), mode=0o600)
     log.info("job=%s message dropped again for session %s", record.id, folder.name)
     return True
@@ -270,6 +274,8 @@ def turn_outcome(end: TurnEnd, record: JobRecord, folder: Path) -> tuple[ExitSta
             Reason.INTERRUPTED,
             f"turn {end.turn} interrupted ({why}); the session lives on",
         )
+    if how == contract.BUDGET:
+        return status, Reason.BUDGET_EXCEEDED, end.detail
     if how == contract.AGENT_EXITED:
         return status, Reason.EXIT_NONZERO, end.detail or "the agent exited during the turn"
     session = contract.read_session(folder)

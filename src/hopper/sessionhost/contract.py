@@ -47,6 +47,7 @@ TIMEOUT = "timeout"  # the job's timeout passed first
 INTERRUPTED = "interrupted"  # hopper interrupt, or an ABORT of the message job
 AGENT_EXITED = "agent_exited"  # the agent process ended during the turn
 SESSION_ENDED = "session_ended"  # the session was closed or hit a limit during the turn
+BUDGET = "budget_exceeded"  # the turn's spend reached the job's max_tokens / max_cost_usd
 COMPLETED_TURNS = frozenset({STOP_HOOK, SESSION_LOG})
 
 # session.json ``ended_reason``
@@ -68,6 +69,10 @@ class TurnRequest:
     text: str
     timeout: float | None = None  # seconds; the job's timeout
     cast_max: int | None = None  # bytes of terminal.cast; None: the default cap
+    max_cost_usd: float | None = None  # the job's own limits, followed during the turn
+    max_tokens: int | None = None
+    model: str | None = None  # [agents.NAME] model: prices the tokens (the log's model wins)
+    prices: dict[str, Any] = field(default_factory=dict)  # the config's [prices] rows
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode() + b"\n"
@@ -80,7 +85,20 @@ class TurnRequest:
         job_id, run_dir, text = obj.get("job_id"), obj.get("run_dir"), obj.get("text")
         if not (isinstance(job_id, str) and isinstance(run_dir, str) and isinstance(text, str)):
             return None
-        return cls(job_id, run_dir, text, _number(obj.get("timeout")), _int(obj.get("cast_max")))
+        prices = obj.get("prices")
+        return cls(
+            job_id,
+            run_dir,
+            text,
+            _number(obj.get("timeout")),
+            _int(obj.get("cast_max")),
+            _number(obj.get("max_cost_usd")),
+            _int(obj.get("max_tokens")),
+            _str(obj.get("model")),
+            {str(k): v for k, v in prices.items() if isinstance(v, dict)}
+            if isinstance(prices, dict)
+            else {},
+        )
 
 
 @dataclass(frozen=True)

@@ -51,7 +51,7 @@ from hopper.sessionhost.agentapi import InteractiveAgent
 from hopper.sessionhost.attach import Listener, Request
 from hopper.sessionhost.logread import LogState
 from hopper.sessionhost.terminal import Pty, SpawnError
-from hopper.sessionhost.turn import Turn, iso
+from hopper.sessionhost.turn import Turn, iso, log_model, over_budget, usage_delta
 
 DOUBLE_INTERRUPT = 2.0  # seconds: a second interrupt this soon closes the session
 READY_FALLBACK = 60.0  # seconds after the start: type anyway if ready() never said so
@@ -445,6 +445,16 @@ class Host:
             turn.live.set(
                 verdicts.turn_state(turn.entries, now, turn.last_change, self.spec.settle)
             )
+            if entries:
+                usage = usage_delta(turn.usage_before, self.log.usage)
+                over = over_budget(
+                    turn.request, usage, log_model(turn.entries), self.spec.agent_name
+                )
+                if over is not None:  # stopped as `hopper interrupt` stops it; the session lives on
+                    self._unready(now)
+                    self._type(self.agent.interrupt_keys())
+                    self._end_turn(c.BUDGET, over, now)
+                    return
         verdict = verdicts.turn_verdict(
             markers=len(new_markers),
             entries=turn.entries,

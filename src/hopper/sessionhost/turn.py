@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from hopper.agents.livestate import LiveState
+from hopper.core.prices import Limits, Price, job_spend, limit_reached
 from hopper.proc.rundir import RunDir
 from hopper.sessionhost.cast import Cast
 from hopper.sessionhost.contract import (
+    BUDGET,
     CAST_FILE,
     COMPLETED_TURNS,
     TURN_FILE,
@@ -53,6 +55,37 @@ def usage_delta(
         diff = value - prior
         out[key] = round(diff, 6) if isinstance(diff, float) else diff
     return out
+
+
+def log_model(entries: list[Mapping[str, Any]]) -> str | None:
+    """The model the session log's last assistant entry names (Claude's ``message.model``)."""
+    for entry in reversed(entries):
+        message = entry.get("message")
+        model = message.get("model") if isinstance(message, Mapping) else None
+        if entry.get("type") == "assistant" and isinstance(model, str) and model:
+            return model
+    return None
+
+
+def over_budget(
+    request: TurnRequest, usage: Mapping[str, float | int | None], model: str | None, agent: str
+) -> str | None:
+    """The detail of the job's own limit the turn's ``usage`` has reached, or None.
+    Claude's session log carries no cost: the tokens are priced by the config's
+    ``[prices]`` row for ``model`` (the log's), else the request's (``[agents.NAME] model``)."""
+    limits = Limits(request.max_cost_usd, request.max_tokens)
+    if not limits.any:
+        return None
+    prices: dict[str, Price] = {}
+    for name, row in request.prices.items():
+        try:
+            prices[name] = Price.of(row)
+        except (KeyError, TypeError, ValueError):
+            continue  # not a price row: the cost stays unknown, tokens still count
+    spent = job_spend(usage, model or request.model, prices)
+    if spent.cost_usd is None and request.model and model != request.model:
+        spent = job_spend(usage, request.model, prices)  # the log's model has no row
+    return limit_reached(limits, spent, agent)
 
 
 @dataclass
@@ -135,8 +168,9 @@ class Turn:
             except OSError:
                 pass
         done = ended in COMPLETED_TURNS
+        outcome = ("agent_error" if failed else "succeeded") if done else None
         summary: dict[str, object] = {
-            "outcome": ("agent_error" if failed else "succeeded") if done else None,
+            "outcome": BUDGET if ended == BUDGET else outcome,
             "detail": detail,
             "session_id": session_id,
             "turns": self.number,
