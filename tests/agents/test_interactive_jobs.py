@@ -149,6 +149,39 @@ def test_interrupt_ends_a_long_turn_and_the_next_message_runs_in_the_same_proces
 
 
 @pytest.mark.parametrize("agent_at", CLAUDES[:1])
+def test_a_turn_past_its_max_tokens_is_stopped_budget_exceeded_and_the_session_goes_on(
+    agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
+    srv: ModelServer, work: Path, hosts: None,
+) -> None:  # fmt: skip
+    """The tool call's 5,000 output tokens are in the session log while the answer still
+    streams: the host interrupts the turn there, as `hopper interrupt` does."""
+    agent = setup(agent_at, config_file, tmp_path, srv)
+    srv.script(
+        [
+            tool("true", usage={"output_tokens": 5000}),
+            text("tick " * 200, delay=0.5, chunks=200),
+            text("after"),
+        ]
+    )
+    over = prompt(agent, "Run true", session="chat", workdir=str(work), max_tokens=1000)
+    drop(layout, "over", over)
+    watchers.start()
+    done = ended(layout, "over")
+    run = layout.run_dir(done.id)
+    assert (done.state, done.reason) == ("failed", "budget_exceeded"), (
+        done.detail,
+        (run / "job.log").read_text(),
+    )
+    assert done.detail is not None and done.detail.startswith("max_tokens 1,000 reached: spent")
+    assert "raise max_tokens in the front matter or [agents.claude]" in done.detail
+    turn = c.read_turn_end(run)
+    assert turn is not None and turn.ended == c.BUDGET
+    drop(layout, "next", prompt(agent, "And now?", session="chat", workdir=str(work)))
+    after = ended(layout, "next")
+    assert after.state == "succeeded" and after.pid == done.pid, after.detail
+
+
+@pytest.mark.parametrize("agent_at", CLAUDES[:1])
 def test_an_idle_session_ends_and_the_next_message_resumes_the_conversation(
     agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
     srv: ModelServer, work: Path, hosts: None,
