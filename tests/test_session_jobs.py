@@ -146,6 +146,31 @@ def test_an_interactive_jobs_agent_state_is_live_while_its_turn_runs(
     assert live["agent_state"] == "waiting_for_input"
 
 
+def test_on_idle_nudge_types_the_nudge_into_the_live_session(
+    layout: Layout, watchers: Watchers, hosts: None
+) -> None:
+    watchers.start(env=HOST_ENV)
+    drop(layout, "stuck", message("hang", session="chat", idle_timeout="2s", on_idle="nudge"))
+    rec = ended(layout, "stuck")
+    run = layout.run_dir(rec.id)
+    assert rec.state == "succeeded", rec.detail
+    assert (run / "result.md").read_text().startswith("answer: You have printed nothing for 2")
+    nudges = [e for e in read_events(run) if e["event"] == "nudge"]
+    assert [(e["why"], e["nudge"]) for e in nudges] == [("idle", 1)], nudges
+    assert "[hopper] nudge 1/2: idle" in (run / "job.log").read_text()
+
+
+def test_on_idle_abort_ends_a_silent_turn_idle_timeout(
+    layout: Layout, watchers: Watchers, hosts: None
+) -> None:
+    watchers.start(env=HOST_ENV)
+    drop(layout, "stuck", message("hang", idle_timeout="2s"))
+    rec = ended(layout, "stuck")
+    assert rec.state == "failed" and rec.reason == "idle_timeout", rec
+    assert "no output for idle_timeout (2 s)" in (rec.detail or "")
+    assert not [e for e in read_events(layout.run_dir(rec.id)) if e["event"] == "nudge"]
+
+
 def test_a_job_without_a_session_gets_a_host_that_ends_with_it(
     layout: Layout, watchers: Watchers, hosts: None
 ) -> None:

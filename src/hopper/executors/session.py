@@ -16,9 +16,11 @@ is read once, like any other.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from hopper.agents.drive import SPEC_FILE
 from hopper.agents.driven import PROMPT_BODY_FILE
@@ -100,7 +102,7 @@ class SessionExecutor:
             own_job=None if shared else record.id,
         )
         plan = HostPlan(folder, spec, host_argv(), sessions_root(self.ctx.layout))
-        message = message_for(record, run_dir, text, config)
+        message = message_for(record, run_dir, text, config, agent_spec)
         call = self.lane.submit(host_work(plan))
         return SessionStart(self, launch, call, plan, message)
 
@@ -221,8 +223,11 @@ class SessionRecovery:
         return self.executor.end_of(job, end) if end is not None else self.executor.lost(job)
 
 
-def message_for(record: JobRecord, run_dir: Path, text: str, config: Config) -> TurnRequest:
-    """The message the host types, with the job's limits it follows during the turn."""
+def message_for(
+    record: JobRecord, run_dir: Path, text: str, config: Config, agent_spec: Mapping[str, Any]
+) -> TurnRequest:
+    """The message the host types, with the job's limits and on_idle policy (from the
+    agent's prepared spec) it follows during the turn."""
     table = config.agents.get(record.agent) or AgentConfig()
     return TurnRequest(
         job_id=record.id,
@@ -234,6 +239,9 @@ def message_for(record: JobRecord, run_dir: Path, text: str, config: Config) -> 
         max_tokens=record.max_tokens,
         model=table.model,
         prices={model: row.model_dump() for model, row in config.prices.items()},
+        idle_timeout=number(agent_spec.get("idle_timeout")),
+        on_idle=str(agent_spec.get("on_idle") or "abort"),
+        max_nudges=int(agent_spec.get("max_nudges") or 0),
     )
 
 
@@ -246,7 +254,15 @@ def redeliver(folder: Path, record: JobRecord, run_dir: Path, config: Config) ->
     text = contract.read_small(run_dir / PROMPT_BODY_FILE)
     if text is None:
         return False
-    message = message_for(record, run_dir, text.decode(errors="replace").rstrip("\n"), config)
+    spec = contract.read_small(run_dir / SPEC_FILE)
+    try:
+        agent_spec = json.loads(spec) if spec is not None else {}
+    except ValueError:
+        agent_spec = {}
+    if not isinstance(agent_spec, dict):
+        agent_spec = {}
+    body = text.decode(errors="replace").rstrip("\n")
+    message = message_for(record, run_dir, body, config, agent_spec)
     write_atomic(path, message.to_json(), mode=0o600)
     log.info("job=%s message dropped again for session %s", record.id, folder.name)
     return True
@@ -267,6 +283,8 @@ def turn_outcome(end: TurnEnd, record: JobRecord, folder: Path) -> tuple[ExitSta
         return status, Reason.COMPLETED, f"turn {end.turn} ended ({how})"
     if how == contract.TIMEOUT:
         return status, Reason.TIMEOUT, end.detail or "the turn ran past its timeout"
+    if how == contract.IDLE_TIMEOUT:
+        return status, Reason.IDLE_TIMEOUT, end.detail or "no output for idle_timeout"
     if how == contract.INTERRUPTED:
         why = "interrupted" if record.stop_requested is None else f"{record.stop_requested}"
         return (
@@ -284,3 +302,10 @@ def turn_outcome(end: TurnEnd, record: JobRecord, folder: Path) -> tuple[ExitSta
     if record.stop_requested is Reason.SHUTDOWN:
         return status, Reason.SHUTDOWN, end.detail
     return status, classify(status, Reason.ABORTED).reason, end.detail
+
+
+def number(value: object) -> float | None:
+    """A spec's number of seconds, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)

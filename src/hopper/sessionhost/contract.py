@@ -48,6 +48,7 @@ INTERRUPTED = "interrupted"  # hopper interrupt, or an ABORT of the message job
 AGENT_EXITED = "agent_exited"  # the agent process ended during the turn
 SESSION_ENDED = "session_ended"  # the session was closed or hit a limit during the turn
 BUDGET = "budget_exceeded"  # the turn's spend reached the job's max_tokens / max_cost_usd
+IDLE_TIMEOUT = "idle_timeout"  # working, yet silent for idle_timeout (on_idle = "abort")
 COMPLETED_TURNS = frozenset({STOP_HOOK, SESSION_LOG})
 
 # session.json ``ended_reason``
@@ -73,6 +74,9 @@ class TurnRequest:
     max_tokens: int | None = None
     model: str | None = None  # [agents.NAME] model: prices the tokens (the log's model wins)
     prices: dict[str, Any] = field(default_factory=dict)  # the config's [prices] rows
+    idle_timeout: float | None = None  # seconds working with nothing new: on_idle
+    on_idle: str | None = None  # "abort" (None too) | "nudge"
+    max_nudges: int = 0  # idle nudges this turn at most
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode() + b"\n"
@@ -98,6 +102,9 @@ class TurnRequest:
             {str(k): v for k, v in prices.items() if isinstance(v, dict)}
             if isinstance(prices, dict)
             else {},
+            _number(obj.get("idle_timeout")),
+            _str(obj.get("on_idle")),
+            _int(obj.get("max_nudges")) or 0,
         )
 
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hopper.agents import policy
 from hopper.agents.interactive import terminal_replies
 from hopper.core import sessions as verdicts
 from hopper.errors import HopperError
@@ -427,9 +428,9 @@ class Host:
         turn = self.turn
         assert turn is not None
         if turn.enter:
-            shown = self.last_output > turn.started
+            shown = self.last_output > turn.typed_at
             quiet = shown and now - self.last_output >= ENTER_QUIET
-            if quiet or now - turn.started >= ENTER_MAX:
+            if quiet or now - turn.typed_at >= ENTER_MAX:
                 self._type(turn.enter)
                 turn.enter = b""
         new_markers = self._markers() - turn.markers
@@ -478,6 +479,35 @@ class Host:
             self._unready(now)
             self._type(self.agent.interrupt_keys())
             self._end_turn(c.TIMEOUT, f"no end of turn within {turn.request.timeout:g} s", now)
+        else:
+            self._idle(turn, now)
+
+    def _idle(self, turn: Turn, now: float) -> None:
+        """``idle_timeout``: working, yet nothing new in the log or on the terminal since
+        the last typing: a nudge typed into the session (``on_idle = "nudge"``, up to
+        ``max_nudges``), else the turn ends ``idle_timeout``."""
+        req = turn.request
+        if req.idle_timeout is None or turn.enter or turn.live.state != "working":
+            return
+        quiet = now - max(turn.last_change, self.last_output, turn.typed_at)
+        if quiet < req.idle_timeout:
+            return
+        if req.on_idle == "nudge" and turn.nudges < req.max_nudges:
+            turn.nudges += 1
+            turn.event("nudge", nudge=turn.nudges, max_nudges=req.max_nudges, why="idle")
+            turn.log(f"[hopper] nudge {turn.nudges}/{req.max_nudges}: idle for {quiet:.0f} s\n")
+            self.note(f"job={req.job_id} turn={turn.number} nudge {turn.nudges}: idle")
+            keys = self.agent.type_prompt(policy.idle_nudge_text(req.idle_timeout).rstrip("\n"))
+            if keys.endswith(b"\r"):
+                keys, turn.enter = keys[:-1], b"\r"
+            turn.typed_at = now
+            self._type(keys)
+            return
+        spent = f" ({turn.nudges} nudges spent)" if req.on_idle == "nudge" else ""
+        self._unready(now)
+        self._type(self.agent.interrupt_keys())
+        detail = f"no output for idle_timeout ({req.idle_timeout:g} s){spent}"
+        self._end_turn(c.IDLE_TIMEOUT, detail, now)
 
     def _end_turn(self, how: str, detail: str, now: float, failed: bool = False) -> None:
         turn = self.turn

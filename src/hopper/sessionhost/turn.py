@@ -32,6 +32,7 @@ from hopper.sessionhost.contract import (
 )
 
 LOG_FILE = "job.log"
+EVENTS_FILE = "events.jsonl"
 RESULT_FILE = "result.md"
 SUMMARY_FILE = "agent.json"
 RESULT_LIMIT = 1024 * 1024  # result.md's bytes at most
@@ -104,6 +105,8 @@ class Turn:
     result: str | None = None
     last_change: float = 0.0  # monotonic: when the agent's log last grew
     enter: bytes = b""  # the Enter still to type after the paste
+    typed_at: float = 0.0  # monotonic: when the message (or a nudge) was last typed
+    nudges: int = 0  # idle nudges typed this turn
     marker_at: float | None = None  # monotonic: when the Stop hook's marker appeared
     ended: str | None = None
     detail: str = ""
@@ -136,6 +139,7 @@ class Turn:
             log_fd,
             LiveState(Path(request.run_dir)),
             last_change=now,
+            typed_at=now,
         )
         turn.live.set("working")
         return turn
@@ -145,6 +149,14 @@ class Turn:
             os.write(self.log_fd, text.encode(errors="replace"))
         except OSError:
             pass  # disk full: the turn goes on; turn.json is retried until it lands
+
+    def event(self, name: str, **fields: object) -> None:
+        """A line of the job's events.jsonl (one append, as the driver writes its own)."""
+        line = json.dumps({"ts": iso(time.time()), "event": name, **fields}) + "\n"
+        try:
+            self.files.append(EVENTS_FILE, line.encode())
+        except OSError:
+            pass  # advisory: job.log says it too
 
     def finish(
         self,
