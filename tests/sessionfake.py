@@ -5,7 +5,8 @@
 ``answer: TEXT``, appends Claude-shaped entries to
 ``$HOPPER_SESSION_DIR/fake.log.jsonl`` and, as a Stop hook would, writes a
 marker into ``$HOPPER_SESSION_DIR/markers/``. Special messages: ``slow``
-ticks until Esc; ``hang`` never answers; ``quiet TEXT`` answers without a
+ticks until Esc; ``hang`` never answers (``hang-once`` answers in a resumed
+agent); ``quiet TEXT`` answers without a
 marker (the session log must end the turn); ``spend N`` logs a tool call
 that used N output tokens (model ``fake-model``) and then ticks until Esc
 (a turn still going when its spend is known); ``exit`` exits; ``eat N``
@@ -158,6 +159,8 @@ def cli(argv: list[str]) -> int:
                 _spend(sid, n, int(text.split()[1]))
             elif text == "hang":
                 continue  # never answers, never READY again
+            elif text == "hang-once" and not resume:
+                continue  # never answers; answers in a resumed agent (on_dead)
             elif text.startswith("eat "):
                 hold.append(b"x" * (int(text.split()[1]) * 1024 * 1024))
                 _answer(sid, n, text, marker=True)

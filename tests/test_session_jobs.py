@@ -171,6 +171,43 @@ def test_on_idle_abort_ends_a_silent_turn_idle_timeout(
     assert not [e for e in read_events(layout.run_dir(rec.id)) if e["event"] == "nudge"]
 
 
+def test_on_dead_resume_restarts_the_agent_and_types_the_message_again(
+    layout: Layout, watchers: Watchers, hosts: None
+) -> None:
+    watchers.start(env=HOST_ENV)
+    drop(layout, "first", message("hello", session="chat"))
+    first = ended(layout, "first")
+    drop(layout, "dies", message("hang-once", session="chat", on_dead="resume"))
+    rec = running(layout, "dies")
+    run = layout.run_dir(rec.id)
+    poll_until(lambda: b"hang-once" in cast_of(run), WAIT, "the message typed")
+    assert first.pid is not None
+    os.kill(first.pid, signal.SIGKILL)
+    done = ended(layout, "dies")
+    assert done.state == "succeeded", done.detail
+    end = c.read_turn_end(run)
+    assert end is not None and end.agent_pid is not None and end.agent_pid != first.pid
+    assert done.session_id == first.session_id
+    assert (run / "result.md").read_text() == "answer: hang-once\n"
+    nudges = [e for e in read_events(run) if e["event"] == "nudge"]
+    assert [e["why"] for e in nudges] == ["dead"], nudges
+
+
+def test_without_on_dead_resume_an_agent_death_fails_the_turn(
+    layout: Layout, watchers: Watchers, hosts: None
+) -> None:
+    watchers.start(env=HOST_ENV)
+    drop(layout, "first", message("hello", session="chat"))
+    first = ended(layout, "first")
+    drop(layout, "dies", message("hang-once", session="chat"))
+    rec = running(layout, "dies")
+    poll_until(lambda: b"hang-once" in cast_of(layout.run_dir(rec.id)), WAIT, "typed")
+    assert first.pid is not None
+    os.kill(first.pid, signal.SIGKILL)
+    done = ended(layout, "dies")
+    assert done.state == "failed" and "the agent exited" in (done.detail or ""), done
+
+
 def test_a_job_without_a_session_gets_a_host_that_ends_with_it(
     layout: Layout, watchers: Watchers, hosts: None
 ) -> None:

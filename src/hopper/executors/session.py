@@ -242,6 +242,7 @@ def message_for(
         idle_timeout=number(agent_spec.get("idle_timeout")),
         on_idle=str(agent_spec.get("on_idle") or "abort"),
         max_nudges=int(agent_spec.get("max_nudges") or 0),
+        on_dead=str(agent_spec.get("on_dead") or "fail"),
     )
 
 

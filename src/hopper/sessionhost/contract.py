@@ -77,6 +77,7 @@ class TurnRequest:
     idle_timeout: float | None = None  # seconds working with nothing new: on_idle
     on_idle: str | None = None  # "abort" (None too) | "nudge"
     max_nudges: int = 0  # idle nudges this turn at most
+    on_dead: str | None = None  # "fail" (None too) | "resume": the agent died mid-turn
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode() + b"\n"
@@ -105,6 +106,7 @@ class TurnRequest:
             _number(obj.get("idle_timeout")),
             _str(obj.get("on_idle")),
             _int(obj.get("max_nudges")) or 0,
+            _str(obj.get("on_dead")),
         )
 
 

@@ -427,6 +427,8 @@ class Host:
     def _watch_turn(self, now: float) -> None:
         turn = self.turn
         assert turn is not None
+        if turn.retype and not self._retype(turn, now):
+            return
         if turn.enter:
             shown = self.last_output > turn.typed_at
             quiet = shown and now - self.last_output >= ENTER_QUIET
@@ -481,6 +483,49 @@ class Host:
             self._end_turn(c.TIMEOUT, f"no end of turn within {turn.request.timeout:g} s", now)
         else:
             self._idle(turn, now)
+
+    def _retype(self, turn: Turn, now: float) -> bool:
+        """After an ``on_dead`` resume: the message typed again once the new agent is ready."""
+        if not self.ready and self.agent.ready(bytes(self.screen)):
+            self.ready = True
+        if not self.ready and now - self.unready_at >= READY_FALLBACK:
+            self.ready = True
+        if not self.ready or now - self.last_output < READY_QUIET:
+            return False
+        keys = self.agent.type_prompt(turn.request.text)
+        if keys.endswith(b"\r"):
+            keys, turn.enter = keys[:-1], b"\r"
+        self._unready(now)
+        turn.retype, turn.typed_at = False, now
+        self._type(keys)
+        self.note(f"job={turn.request.job_id} turn={turn.number} typed again")
+        return True
+
+    def _resume(self, turn: Turn, detail: str, now: float) -> bool:
+        """``on_dead = "resume"``: a new agent on ``--resume <session id>`` for the turn
+        (once); False when it does not apply or cannot start."""
+        sid = self.log.session_id
+        if turn.request.on_dead != "resume" or turn.resumed or not sid or self.ladder.stopping:
+            return False
+        turn.resumed = True
+        spec = self.spec
+        try:
+            argv = self.agent.argv(sid)
+            pty = Pty.spawn(argv, self.agent.env(spec.env), spec.workdir, (spec.rows, spec.cols))
+        except (SpawnError, OSError, ValueError, HopperError) as exc:
+            self.note(f"job={turn.request.job_id} the agent cannot be resumed: {exc}")
+            return False
+        if self.pty is not None:
+            self.pty.close()
+        self.pty = pty
+        self.reaper.pid, self.reaper.status = pty.pid, None
+        self._unready(now)
+        turn.retype = True
+        turn.event("nudge", nudge=1, max_nudges=1, why="dead", detail=detail, agent_pid=pty.pid)
+        turn.log(f"[hopper] {detail}: resuming session {sid} (agent pid {pty.pid})\n")
+        self.note(f"job={turn.request.job_id} {detail}: resumed {sid} as pid {pty.pid}")
+        self.save(agent_pid=pty.pid)
+        return True
 
     def _idle(self, turn: Turn, now: float) -> None:
         """``idle_timeout``: working, yet nothing new in the log or on the terminal since
@@ -576,6 +621,8 @@ class Host:
         code = os.waitstatus_to_exitcode(status)
         detail = f"the agent exited (status {code})"
         if self.turn is not None:
+            if self._resume(self.turn, detail, now):
+                return
             self._end_turn(c.AGENT_EXITED, detail, now)
         if self.state.ended_reason is None:
             self.save(ended_reason=c.ENDED_AGENT, detail=detail)
