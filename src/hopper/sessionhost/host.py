@@ -56,6 +56,11 @@ from hopper.sessionhost.turn import Turn, iso, log_model, over_budget, usage_del
 
 DOUBLE_INTERRUPT = 2.0  # seconds: a second interrupt this soon closes the session
 READY_FALLBACK = 60.0  # seconds after the start: type anyway if ready() never said so
+# Once the agent has been at its prompt, a screen that drew something after it left the
+# prompt (a turn's end, an interrupt) and then stayed still this long is back at it: a
+# busy agent animates. (Its last frames may redraw only what changed, never the footer
+# ready() looks for.) Not at the start: 2.1.197 drops keys while it probes the terminal.
+READY_SETTLED = 2.0
 REQUEST_SCAN = 0.25  # seconds between looks at requests/
 LOG_SCAN = 0.25  # seconds between reads of the agent's session log
 MEMORY_SCAN = 1.0
@@ -375,6 +380,9 @@ class Host:
             self.ready = True  # ready after a quiet spell: no new output to look at
             if self.state.state == c.STARTING:
                 self.save(state=c.IDLE)
+        settled = self.last_output > self.unready_at and now - self.last_output >= READY_SETTLED
+        if not self.ready and self.state.state != c.STARTING and settled:
+            self.ready = True
         if not self.ready and now - self.unready_at >= READY_FALLBACK:
             self.note(f"the agent never looked ready in {READY_FALLBACK:.0f} s: typing anyway")
             self.ready = True
@@ -473,9 +481,15 @@ class Host:
                 self.next_log = now
             answered = verdicts.agent_state(turn.entries, now, now, 0.0) == "waiting_for_input"
             if answered or now - turn.marker_at >= MARKER_GRACE:
+                # The Stop hook says the agent finished and is back at its prompt. Its last
+                # frames may have redrawn only what changed (not the input box's footer the
+                # screen check looks for), so the screen alone could miss it until the
+                # READY_FALLBACK; the next message still waits for a quiet screen.
+                self.ready = True
                 self._end_turn(c.STOP_HOOK, "", now)
         elif verdict is not None:
             detail = f"the session log says {verdict.state} (quiet {self.spec.settle:g} s)"
+            self.ready = self.ready or verdict.state == "waiting_for_input"
             self._end_turn(c.SESSION_LOG, detail, now, failed=verdict.state == "api_error")
         elif turn.deadline is not None and now >= turn.deadline:
             self._unready(now)
