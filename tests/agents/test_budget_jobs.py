@@ -174,13 +174,13 @@ def test_nudges_count_together_and_stop_at_the_limit(
 
 TALKER = textwrap.dedent(
     """\
-    import json, sys, time
+    import json, signal, sys
     print(json.dumps({"type": "system", "subtype": "init", "session_id": "s-1",
                       "model": "house-model"}), flush=True)
     print(json.dumps({"type": "assistant", "session_id": "s-1", "message": {
         "id": "m1", "model": "house-model", "content": [{"type": "text", "text": "working"}],
         "usage": {"input_tokens": 700, "output_tokens": 20}}}), flush=True)
-    time.sleep(60)  # never reached: the spend is over the limit already
+    signal.pause()  # until hopper stops it: the spend is over the limit already
     print(json.dumps({"type": "result", "subtype": "success", "is_error": False,
                       "session_id": "s-1", "num_turns": 1, "result": "done"}), flush=True)
     """
