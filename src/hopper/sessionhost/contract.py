@@ -135,7 +135,6 @@ class TurnEnd:
         if obj is None:
             return None
         try:
-            usage = obj.get("usage") or {}
             return cls(
                 job_id=str(obj["job_id"]),
                 turn=int(obj["turn"]),
@@ -146,11 +145,7 @@ class TurnEnd:
                 host_pid=int(obj["host_pid"]),
                 started_at=str(obj["started_at"]),
                 finished_at=str(obj["finished_at"]),
-                usage={
-                    str(k): v
-                    for k, v in (usage.items() if isinstance(usage, dict) else ())
-                    if isinstance(v, int | float) and not isinstance(v, bool)
-                },
+                usage=_usage(obj.get("usage")),
                 result=obj.get("result") is True,
             )
         except (KeyError, TypeError, ValueError):
@@ -192,7 +187,6 @@ class SessionState:
         if obj is None:
             return None
         try:
-            usage = obj.get("usage") or {}
             return cls(
                 name=str(obj["name"]),
                 agent=str(obj["agent"]),
@@ -204,11 +198,7 @@ class SessionState:
                 updated_at=str(obj["updated_at"]),
                 agent_pid=_int(obj.get("agent_pid")),
                 turns=int(obj.get("turns") or 0),
-                usage={
-                    str(k): v
-                    for k, v in (usage.items() if isinstance(usage, dict) else ())
-                    if isinstance(v, int | float) and not isinstance(v, bool)
-                },
+                usage=_usage(obj.get("usage")),
                 job=_str(obj.get("job")),
                 session_id=_str(obj.get("session_id")),
                 last_turn_at=_str(obj.get("last_turn_at")),
@@ -263,6 +253,12 @@ def _object(data: bytes) -> dict[str, Any] | None:
     except (ValueError, RecursionError):
         return None
     return obj if isinstance(obj, dict) else None
+
+
+def _usage(value: object) -> dict[str, float | int | None]:
+    """A usage object's numeric figures (anything else in it left out)."""
+    items = value.items() if isinstance(value, dict) else ()
+    return {str(k): v for k, v in items if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
 def _str(value: object) -> str | None:
