@@ -7,13 +7,14 @@ from dataclasses import replace
 from datetime import timedelta
 
 from hopper.core.overview import Liveness, overview
-from hopper.core.record import Usage
+from hopper.core.record import JobRecord, Usage
 from hopper.core.states import JobState
-from hopper.core.summary import JobSummary
+from hopper.core.summary import JobSummary, summarize
 from hopper.core.tally import GroupBy, tally
 from hopper.store.jobfile import write_record
+from hopper.store.jobread import parse_view
 from hopper.store.layout import Layout
-from test_cli_status import make
+from test_cli_status import make, names
 
 BASE = JobSummary(
     id="1",
@@ -75,3 +76,28 @@ def test_usage_command(layout: Layout, hopper) -> None:
     assert {r["key"] for r in by_group["rows"]} == {"team", "-"}
     assert "claude" in hopper("usage").stdout
     assert hopper("usage", "--by", "color").returncode == 2
+
+
+def test_group_is_the_records_scheduling_group_where_it_names_one(layout: Layout, hopper) -> None:
+    """Front matter or a route's ``group`` is the group budgets and limits use: status's
+    --group and usage --by group say the same (the inbox folder only where the record
+    names none), on the index's road and on the standard library's alike."""
+    named = make(layout, "routed", agent="claude", group="team")
+    write_record(
+        layout.run_dir(named.id),
+        named.model_copy(update={"group": "app", "usage": Usage(cost_usd=0.5)}),
+        durable=False,
+    )
+    top = make(layout, "fronted", agent="claude")
+    write_record(layout.run_dir(top.id), top.model_copy(update={"group": "nightly"}), durable=False)
+    make(layout, "foldered", agent="claude", group="team")
+    by_group = json.loads(hopper("usage", "--json", "--by", "group").stdout)
+    assert {r["key"]: r["jobs"] for r in by_group["rows"]} == {"app": 1, "nightly": 1, "team": 1}
+    assert names(hopper("status", "--json", "--group", "app").stdout) == ["routed"]
+    assert names(hopper("status", "--json", "--group", "nightly").stdout) == ["fronted"]
+    assert names(hopper("status", "--json", "--group", "team").stdout) == ["foldered"]
+    for rec in (named, top):
+        text = (layout.run_dir(rec.id) / "job.json").read_bytes()
+        view = parse_view(text)
+        assert view is not None and view.summary.group == ("app" if rec is named else "nightly")
+        assert summarize(JobRecord.model_validate_json(text)).group == view.summary.group

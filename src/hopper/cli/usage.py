@@ -37,7 +37,8 @@ def register(sub: Any) -> None:
         "--by",
         choices=[g.value for g in GroupBy],
         default=GroupBy.AGENT.value,
-        help="one line per agent (default), inbox group, or UTC day the job finished",
+        help="one line per agent (default), group (front matter, route, else inbox folder), "
+        "or UTC day the job finished",
     )
     p.add_argument(
         "--json", action="store_true", help="JSON: {by, rows, total, budgets (when set)}"

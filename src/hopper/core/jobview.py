@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from hopper.core.states import JobState, Reason
-from hopper.core.summary import JobSummary, UsageFigures, group_of, summarize
+from hopper.core.summary import JobSummary, UsageFigures, job_group, summarize
 
 if TYPE_CHECKING:
     from hopper.core.record import JobRecord
@@ -196,7 +196,7 @@ def view_of(doc: object) -> JobView | None:
             agent=doc["agent"],
             state=_STATES[doc["state"]],
             reason=reason.value if reason else None,
-            group=group_of(doc["inbox_path"]),
+            group=job_group(doc.get("group"), doc["inbox_path"]),
             attempt=doc.get("attempt", 1),  # the model's default
             created_at=datetime.fromisoformat(doc["created_at"]).timestamp(),
             started_at=_epoch(doc.get("started_at")),

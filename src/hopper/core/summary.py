@@ -62,6 +62,14 @@ def group_of(inbox_path: str) -> str:
     return parts[0] if len(parts) > 1 else ""
 
 
+def job_group(group: str | None, inbox_path: str) -> str:
+    """The job's group as status, usage and budgets see it: the record's scheduling group
+    (front matter ``group``, the route's, else the first inbox sub-folder); a record that
+    names none (top of the inbox, or written before hopper kept the field) falls back to
+    its inbox folder (``""`` at the top)."""
+    return group if group is not None else group_of(inbox_path)
+
+
 def epoch(moment: datetime | None) -> float | None:
     return moment.timestamp() if moment is not None else None
 
@@ -73,7 +81,7 @@ def summarize(record: JobRecord) -> JobSummary:
         agent=record.agent,
         state=record.state,
         reason=record.reason.value if record.reason else None,
-        group=group_of(record.inbox_path),
+        group=job_group(record.group, record.inbox_path),
         attempt=record.attempt,
         created_at=record.created_at.timestamp(),
         started_at=epoch(record.started_at),

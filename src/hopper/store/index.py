@@ -59,7 +59,7 @@ def _log(level: str, message: str, *args: object) -> None:
     getattr(logging.getLogger(__name__), level)(message, *args)
 
 
-INDEX_VERSION = 5
+INDEX_VERSION = 6  # 6: a row's group is the record's scheduling group (was the inbox folder)
 # A listing of runs/ within this long of runs/'s mtime is not trusted next time:
 # a directory made in the same coarse clock tick would not change the mtime.
 RACY_NS = 2_000_000_000

@@ -161,7 +161,7 @@ def _record_fields(data: bytes, path: str, result: RefreshResult) -> Fields | No
         r.agent,
         r.state.value,
         r.reason.value if r.reason else None,
-        _group(r.inbox_path),
+        r.group if r.group is not None else _group(r.inbox_path),
         r.attempt,
         r.created_at.timestamp(),
         None if started is None else started.timestamp(),
