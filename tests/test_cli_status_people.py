@@ -316,3 +316,21 @@ def test_a_queued_job_says_what_it_waits_for_in_the_dashboards_words(
     shutil.rmtree(layout.run_dir(make(layout, "busy", JobState.RUNNING).id))
     _, out, _ = status(layout, config_file, COLUMNS="200")
     assert f"waits: {waits.NO_WATCHER}" in out
+
+
+def test_a_message_waiting_for_its_sessions_turn_is_said_once(
+    layout: Layout, config_file: Path
+) -> None:
+    """For people REASON says why a queued message waits and ACTIVITY does not repeat it;
+    a pipe (no scheduler asked) keeps it in ACTIVITY."""
+    for name, state, age in (("first", JobState.RUNNING, 9), ("second", JobState.QUEUED, 5)):
+        rec = make(layout, name, state, age=timedelta(minutes=age))
+        text = rec.model_copy(update={"session": "chat"}).model_dump_json()
+        (layout.run_dir(rec.id) / "job.json").write_text(text)
+    wait = "waiting for session chat's turn"
+    _, out, _ = status(layout, config_file, COLUMNS="250")
+    row = next(line for line in out.splitlines() if "second" in line)
+    assert row.count(wait) == 1 and f"waits: {wait}" in row, out
+    _, piped, _ = status(layout, config_file)
+    row = next(line for line in piped.splitlines() if "second" in line)
+    assert row.count(wait) == 1 and "waits:" not in row, piped

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from hopper.agents.sessionmap import paused_sessions
+from hopper.core.sessions import turn_wait
 from hopper.errors import JobFileCorrupt
 from hopper.store.jobread import read_view
 from hopper.store.layout import Layout
@@ -68,7 +69,7 @@ def queued_activity(layout: Layout, job_ids: list[str], running: list[str]) -> d
     for job_id in sorted(sessions):
         name = sessions[job_id]
         if name in busy:
-            out[job_id] = f"waiting for session {name}'s turn"
+            out[job_id] = turn_wait(name)
         busy.add(name)  # the later ones wait behind this one
     out.update(held)
     return out

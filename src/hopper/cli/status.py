@@ -268,7 +268,8 @@ def show(
                 now,
                 agent_activity(layout, j.id)
                 if j.state is JobState.RUNNING
-                else queued.get(j.id, "-"),
+                # REASON says why a queued job waits where the scheduler was asked: not twice
+                else ("-" if j.id in (waits or {}) else queued.get(j.id, "-")),
                 (waits or {}).get(j.id),
             )
             for j in jobs

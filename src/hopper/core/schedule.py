@@ -42,7 +42,7 @@ from datetime import datetime
 
 from hopper.core.budgets import Holds
 from hopper.core.record import JobRecord
-from hopper.core.sessions import session_free
+from hopper.core.sessions import session_free, turn_wait
 from hopper.core.states import ACTIVE_STATES, JobState, Reason
 
 BASH = "bash"
@@ -285,8 +285,8 @@ def schedule(
             busy.add(record.session)  # later jobs of this session wait behind this one
         if record.id in waiting:
             continue
-        if session_busy:
-            waiting[record.id] = f"waiting for session {record.session}'s turn"
+        if session_busy and record.session:  # a job of no session is never busy
+            waiting[record.id] = turn_wait(record.session)
             continue
         if pause.covers(record.group):
             paused.add(record.id)

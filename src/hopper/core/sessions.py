@@ -36,6 +36,12 @@ def busy_sessions(running: Iterable[str | None], earlier_queued: Iterable[str | 
     return {s for s in (*running, *earlier_queued) if s}
 
 
+def turn_wait(session: str) -> str:
+    """Why a message waits behind an earlier one of its session: the one wording
+    (the scheduler's, the dashboard's and ``hopper status``'s)."""
+    return f"waiting for session {session}'s turn"
+
+
 def session_free(session: str | None, busy: set[str]) -> bool:
     """May a queued job of ``session`` start now? Jobs without a session always may."""
     return session is None or session not in busy
