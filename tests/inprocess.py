@@ -30,6 +30,7 @@ from hopper.executors.protocol import Deferred, Ended, How, Launch, Polled, Star
 from hopper.proc import identity
 from hopper.running import Running
 from hopper.store import ledger
+from hopper.store.inbox_watch import InboxWatch
 from hopper.store.jobfile import read_events, read_record
 from hopper.store.layout import Layout
 from hopper.watcher import Watcher
@@ -179,6 +180,15 @@ def in_process(
     watcher = Watcher(layout, conf, clock=clock, host="h", executors={"local": fake})
     fake.owner = watcher.ident.owner
     return watcher, fake, clock
+
+
+def watch_inbox(watcher: Watcher) -> InboxWatch:
+    """The inbox's real inotify watch, read by the in-process watcher's turns (as ``run``
+    does); the kernel queues an event before the call that caused it returns."""
+    watch = InboxWatch(watcher.layout.inbox)
+    assert watch.start(), "inotify is needed here"
+    watcher.events.watch = watch
+    return watch
 
 
 def submit(layout: Layout, clock: FakeClock, name: str, text: str, sub: str = "") -> Path:

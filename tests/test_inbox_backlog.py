@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from watchdog.events import FileMovedEvent
 
 from hopper import claims as claims_module
 from hopper.intake import Intake
@@ -21,7 +20,7 @@ from hopper.store.inbox_backlog import Backlog
 from hopper.store.jobfile import read_record
 from hopper.store.layout import Layout
 from hopper.watcher import Watcher
-from inprocess import FakeClock, FakeExecutor, exit_status, in_process, submit
+from inprocess import FakeClock, FakeExecutor, exit_status, in_process, submit, watch_inbox
 
 
 def paths(*names: str) -> list[Path]:
@@ -89,11 +88,9 @@ def flood(layout: Layout, clock: FakeClock, n: int = FLOOD) -> None:
         submit(layout, clock, f"flood-{i:03d}", '+++\nagent = "bash"\n+++\ntrue\n')
 
 
-def drop_urgent(layout: Layout, clock: FakeClock, watcher: Watcher) -> Path:
-    """The urgent prompt, renamed into the inbox; inotify's hint handed to the watcher."""
-    path = submit(layout, clock, "urgent", '+++\nagent = "bash"\npriority = 10\n+++\ntrue\n')
-    watcher.events.on_any_event(FileMovedEvent(str(path.with_name(".urgent.tmp")), str(path)))
-    return path
+def drop_urgent(layout: Layout, clock: FakeClock) -> Path:
+    """The urgent prompt, renamed into the inbox (the watcher's inotify watch sees it)."""
+    return submit(layout, clock, "urgent", '+++\nagent = "bash"\npriority = 10\n+++\ntrue\n')
 
 
 @pytest.fixture
@@ -128,9 +125,10 @@ def test_a_prompt_dropped_during_a_flood_is_claimed_in_the_next_batch_and_starts
     monkeypatch.setattr(claims_module, "CLAIM_BATCH", BATCH)
     watcher, fake, clock = in_process(layout, max_parallel=1)
     flood(layout, clock)
+    watch_inbox(watcher)  # after the flood: the start-up rescan finds it, not inotify
     watcher.turn()  # the start-up rescan finds the flood; one batch claimed
     assert claimed == [f"flood-{i:03d}" for i in range(BATCH)]
-    drop_urgent(layout, clock, watcher)
+    drop_urgent(layout, clock)
     watcher.turn()
     assert claimed.index("urgent") == BATCH, claimed  # first of the next batch
     assert len(claimed) == 2 * BATCH
@@ -143,15 +141,15 @@ def test_a_prompt_dropped_after_an_inotify_flood_is_claimed_in_the_next_batch(
 ) -> None:
     monkeypatch.setattr(claims_module, "CLAIM_BATCH", BATCH)
     watcher, _fake, clock = in_process(layout, max_parallel=1)
+    watch_inbox(watcher)
     watcher.turn()  # the start-up rescan: an empty inbox
     for start in range(0, FLOOD, FLOOD // 4):  # the flood arrives by hints over four turns
         for i in range(start, start + FLOOD // 4):
-            path = submit(layout, clock, f"flood-{i:03d}", '+++\nagent = "bash"\n+++\ntrue\n')
-            watcher.events.on_any_event(FileMovedEvent(str(path) + ".tmp", str(path)))
+            submit(layout, clock, f"flood-{i:03d}", '+++\nagent = "bash"\n+++\ntrue\n')
         watcher.turn()
     before = len(claimed)
     assert before == 4 * BATCH
-    drop_urgent(layout, clock, watcher)
+    drop_urgent(layout, clock)
     watcher.turn()
     assert claimed.index("urgent") == before, claimed
     assert len(claimed) == before + BATCH

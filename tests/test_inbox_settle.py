@@ -6,7 +6,7 @@ and the append made x.prompt.md anew, a second prompt holding the rest of the
 script (``rm -rf $DIR/cache`` with DIR unset). Now a prompt written in place is
 claimed only once it has not changed for ``settle`` seconds
 (store/inbox_settle.py). The first tests drive the bookkeeping alone, then the
-watcher in-process on a fake clock with inotify's hints handed in, then a real
+watcher in-process on a fake clock reading the inbox's real inotify watch, then a real
 watcher with a real shell writing the prompt.
 """
 
@@ -16,8 +16,6 @@ import os
 import subprocess
 from pathlib import Path
 
-from watchdog.events import FileClosedEvent, FileCreatedEvent, FileMovedEvent
-
 from conftest import FAST_CONFIG, Watchers, bash, drop, wait_for
 from hopper.core.states import JobState
 from hopper.store.inbox import scan
@@ -26,7 +24,7 @@ from hopper.store.inbox_settle import Settling
 from hopper.store.jobfile import LOG_FILE, PROMPT_FILE, iter_run_dirs, read_record
 from hopper.store.layout import Layout
 from hopper.watcher import Watcher
-from inprocess import FakeClock, in_process
+from inprocess import FakeClock, in_process, watch_inbox
 
 P = Path("/inbox/x.prompt.md")
 NOW = 1_700_000_000.0  # wall clock of the unit tests
@@ -110,7 +108,7 @@ def test_a_backlog_gives_up_a_path_written_again_before_its_claim() -> None:
     assert list(b.batch(10)) == [a, P]
 
 
-# -- the watcher, in-process (inotify's hints handed in) -----------------------------
+# -- the watcher, in-process (the inbox's real inotify watch) ---------------------------
 
 
 def write(path: Path, text: str, clock: FakeClock, mode: str = "w") -> None:
@@ -143,16 +141,14 @@ def succeeded(layout: Layout) -> list[str]:
 
 def test_a_prompt_closed_twice_is_claimed_once_whole_after_settle(layout: Layout) -> None:
     watcher, _, clock = in_process(layout, settle="1s")
+    watch_inbox(watcher)
     watcher.turn()  # the start-up scan: an empty inbox
     path = layout.inbox / "x.prompt.md"
-    write(path, '+++\nagent = "bash"\n+++\nDIR=/somewhere\n', clock)
-    watcher.events.on_any_event(FileCreatedEvent(str(path)))
-    watcher.events.on_any_event(FileClosedEvent(str(path)))
+    write(path, '+++\nagent = "bash"\n+++\nDIR=/somewhere\n', clock)  # created, closed
     step(watcher, clock, 0.0)
     step(watcher, clock, 0.3)
     assert job_dirs(layout) == [], "the first close is not the end"
-    write(path, 'rm -rf "$DIR/cache"\n', clock, mode="a")
-    watcher.events.on_any_event(FileClosedEvent(str(path)))
+    write(path, 'rm -rf "$DIR/cache"\n', clock, mode="a")  # modified, closed again
     step(watcher, clock, 0.0)
     step(watcher, clock, 0.9)  # 1.2 s after the first close, 0.9 s after the last
     assert job_dirs(layout) == []
@@ -167,12 +163,12 @@ def test_a_prompt_renamed_in_from_outside_the_inbox_is_claimed_at_once(
     layout: Layout, tmp_path: Path
 ) -> None:
     watcher, _, clock = in_process(layout, settle="30s")
+    watch_inbox(watcher)
     watcher.turn()
     path = layout.inbox / "moved.prompt.md"
     outside = tmp_path / "moved.tmp"
     write(outside, '+++\nagent = "bash"\n+++\ntrue\n', clock)
-    os.rename(outside, path)
-    watcher.events.on_any_event(FileMovedEvent("", str(path)))  # IN_MOVED_TO, no pair
+    os.rename(outside, path)  # IN_MOVED_TO, no IN_MOVED_FROM to pair
     step(watcher, clock, 0.0)
     assert len(job_dirs(layout)) == 1
 

@@ -1,6 +1,6 @@
 """Claims: which inbox prompts are complete, and taking them in bounded batches.
 
-inotify (watchdog, on its own thread) only *hints* which inbox paths to look
+inotify (read in the loop's thread: store/inbox_watch.py) only *hints* which inbox paths to look
 at; a full rescan every ``rescan_interval`` is the truth and catches whatever
 the hints missed. A prompt is complete when it was renamed in, or, written in
 place, once it has not changed for ``settle`` seconds and no process holds it

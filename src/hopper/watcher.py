@@ -2,14 +2,15 @@
 
 Theory of operation. The main thread does all the work, one bounded turn at
 a time: it settles the starts that reported, claims complete prompts
-(claims.py: inotify hints, a periodic rescan as the truth, bounded batches),
-starts queued jobs while slots are free (starting.py: markers, core/schedule.py,
-the runner), polls running jobs through their executors (runner.py: exits,
-ABORT, heartbeats; every end handled in one place), then sleeps on a
-self-pipe that signals, inotify hints, child exits and start reports all
-write to. Signal handlers only set flags. This module holds the loop itself:
-start-up, signals, the heartbeat and degraded mode, recovery passes,
-systemd notifications and the stop.
+(claims.py: inotify hints read in this thread, a periodic rescan as the
+truth, bounded batches), starts queued jobs while slots are free
+(starting.py: markers, core/schedule.py, the runner), polls running jobs
+through their executors (runner.py: exits, ABORT, heartbeats; every end
+handled in one place), then sleeps in one ``select`` on the inbox's inotify
+descriptor (store/inbox_watch.py) and a self-pipe that signals, child exits
+and start reports write to (wake.py). Signal handlers only set flags. This
+module holds the loop itself: start-up, signals, the heartbeat and degraded
+mode, recovery passes, systemd notifications and the stop.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ from hopper.runner import Runner
 from hopper.scaleout import ScaleOut
 from hopper.sdnotify import Notifier
 from hopper.starting import Starts
-from hopper.store.inbox_events import InboxEvents, InboxObserver
+from hopper.store.inbox_events import InboxEvents
+from hopper.store.inbox_watch import InboxWatch
 from hopper.store.layout import Layout
 from hopper.wake import Waker
 
@@ -111,7 +113,7 @@ class Watcher:
         self._last_beat = self.clock.monotonic()
         self._filed = FiledRuns()  # finished runs a reconcile pass need not read again
         self.queued = QueuedJobs()  # by id, with the start order kept (core/queued.py)
-        self.events = InboxEvents(self.waker.wake)
+        self.events = InboxEvents()
         self.claims = Claims(
             layout,
             config,
@@ -149,8 +151,9 @@ class Watcher:
         self._beat(force=True)  # before any claim: we are alive
         reexec = False
         previous = self._install_signals()
-        observer = InboxObserver(self.layout.inbox, self.events)
-        observer.start()
+        watch = InboxWatch(self.layout.inbox)  # read in this thread, once a turn
+        if watch.start():
+            self.events.watch = watch
         self.runner.open()  # the local executor starts its fork server
         try:
             if self.degraded is None:
@@ -174,7 +177,8 @@ class Watcher:
                     break
                 if until_idle and self.idle():
                     break
-                self.waker.wait(self._sleep_for(), self.runner.waiting_on())
+                inbox = [watch] if watch.live else []  # a prompt renamed in wakes the loop
+                self.waker.wait(self._sleep_for(), [*self.runner.waiting_on(), *inbox])
         finally:
             if reexec:
                 self.notifier.reloading()
@@ -183,7 +187,8 @@ class Watcher:
             self.runner.close()
             self._guarded("beat", lambda: self.scale.close(self.runner.running_count()))
             self.hooks.close(timeout=self.config.hooks.timeout)
-            observer.stop()
+            self.events.watch = None
+            watch.close()
             self.waker.close()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
@@ -252,6 +257,7 @@ class Watcher:
         backlog for the next turn), and the long steps call :meth:`_keepalive`
         so the heartbeat file and WATCHDOG=1 keep coming whatever the load.
         """
+        self._guarded("inbox", self.events.pull)  # every turn: the descriptor stays drained
         self._guarded("beat", self._beat)
         self._guarded("starts", self.runner.settle_starts)  # reported since the last turn
         if self.flags.stop:
