@@ -49,9 +49,11 @@ from hopper.runner import Runner
 from hopper.scaleout import ScaleOut
 from hopper.sdnotify import Notifier
 from hopper.starting import Starts
+from hopper.store import ledger
 from hopper.store.inbox_events import InboxEvents
 from hopper.store.inbox_watch import InboxWatch
 from hopper.store.layout import Layout
+from hopper.store.record_spares import RecordSpares
 from hopper.wake import Waker
 
 log = logging.getLogger(__name__)
@@ -140,6 +142,8 @@ class Watcher:
         self._next_notify = 0.0
         self.notifier = Notifier()
         self._stop_deadline: float | None = None
+        self._spares: RecordSpares | None = None
+        self._spares_before: RecordSpares | None = None
 
     # -- lifecycle --------------------------------------------------------------
     def run(self, *, until_idle: bool = False) -> int:
@@ -148,6 +152,7 @@ class Watcher:
         # degraded (and says so) instead of crash-looping under systemd.
         self._guarded("start-up: create the root's folders", self.layout.ensure)
         self._guarded("start-up: read the heartbeats", self.scale.start)
+        self._guarded("start-up: spare record files", self._open_spares)
         self._beat(force=True)  # before any claim: we are alive
         reexec = False
         previous = self._install_signals()
@@ -185,6 +190,7 @@ class Watcher:
             else:
                 self.notifier.stopping()
             self.runner.close()
+            self._guarded("spare record files", self._close_spares)
             self._guarded("beat", lambda: self.scale.close(self.runner.running_count()))
             self.hooks.close(timeout=self.config.hooks.timeout)
             self.events.watch = None
@@ -195,6 +201,19 @@ class Watcher:
         if reexec:
             self._reexec()
         return 0
+
+    def _open_spares(self) -> None:
+        """Finished jobs' record files recycled for new jobs' first records while this
+        watcher runs (store/record_spares.py): a rename instead of a new file each."""
+        spares = RecordSpares(self.layout.state_dir, self.ident.host, os.getpid())
+        self._spares_before = ledger.use_spares(spares)
+        self._spares = spares
+
+    def _close_spares(self) -> None:
+        if self._spares is not None:
+            ledger.use_spares(self._spares_before)
+            self._spares.close()
+            self._spares = None
 
     @staticmethod
     def _reexec() -> None:

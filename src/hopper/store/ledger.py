@@ -18,6 +18,11 @@ this order, before anything acts on them:
    one open and one write(2) through the directory descriptor of step 1
    (not fsynced: a lost event is noted again by recovery or is history only).
 
+A file a finished job no longer needs (its record before last) is kept in
+the watcher's spares (store/record_spares.py, when the watcher gave the
+ledger some with :func:`use_spares`) and a new job's first record is written
+into one of them instead of a new file.
+
 A batch of one is exactly the old write-temp-fsync-replace-fsync-dir; a
 batch of many pays one fsync per file and one per directory, the group
 commit of a database, and issues each phase's fsyncs concurrently (a few
@@ -50,6 +55,17 @@ from hopper.faults import crash_point
 from hopper.store import standby
 from hopper.store.atomic import displace, open_dir, temp_name_of
 from hopper.store.jobfile import JOB_FILE, append_event, append_events, event_line
+from hopper.store.record_spares import RecordSpares
+
+_spares: RecordSpares | None = None  # the running watcher's (None: a file made, one freed)
+
+
+def use_spares(spares: RecordSpares | None) -> RecordSpares | None:
+    """Recycle finished jobs' record files through ``spares`` from now on (None: stop);
+    the spares used before, for the caller to put back or close."""
+    global _spares
+    before, _spares = _spares, spares
+    return before
 
 
 @dataclass(frozen=True)
@@ -159,6 +175,10 @@ def _stage(entry: Entry, dirs: dict[str, int], standing: set[str]) -> _Staged:
         if key not in standing:  # a job twice in one batch: its second record in a fresh file
             standing.add(key)
             found = standby.open_standby(item.dir_fd)
+            if found is None and _spares is not None and _spares.take(item.dir_fd, standby.STANDBY):
+                # A finished job's file: under a write lease like any standby (refused,
+                # someone still reads the old record: cleared away, a fresh one below).
+                found = standby.open_standby(item.dir_fd)
             if found is not None:
                 item.fd, size = found
                 data, leased = standby.padded(data, size), True
@@ -212,11 +232,14 @@ def _sync_file(item: _Staged) -> None:
 
 def _rename(item: _Staged) -> None:
     try:
+        terminal = is_terminal(item.entry.step.record.state)
         if (
             item.swap
-            and not is_terminal(item.entry.step.record.state)  # a finished job keeps no standby
+            and (not terminal or _spares is not None)
             and standby.exchange(item.dir_fd, item.tmp, JOB_FILE)
         ):
+            if terminal:  # a finished job keeps no standby: the next job's first record
+                _retire(item.dir_fd)
             return
         try:
             os.replace(item.tmp, JOB_FILE, src_dir_fd=item.dir_fd, dst_dir_fd=item.dir_fd)
@@ -226,6 +249,16 @@ def _rename(item: _Staged) -> None:
     except OSError as exc:
         item.error = exc
         _discard(item)
+
+
+def _retire(dir_fd: int) -> None:
+    """The standby of a finished job into the spares, or removed (no room for it)."""
+    if _spares is not None and _spares.keep(dir_fd, standby.STANDBY):
+        return
+    try:
+        os.unlink(standby.STANDBY, dir_fd=dir_fd)
+    except OSError:
+        pass  # gone, or a directory a job planted after the exchange: the record stands
 
 
 def _sync_dirs(staged: list[_Staged], dirs: dict[str, int]) -> None:
