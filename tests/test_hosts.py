@@ -17,6 +17,7 @@ from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import Action, RunSnapshot, decide
 from hopper.core.schedule import Elsewhere, Pause, SlotLimits, schedule
 from hopper.core.states import JobState
+from hopper.store import leases as leases_module
 from hopper.store.layout import Layout
 from hopper.store.leases import Lease, Scope, SlotLeases, create_exclusive, scope_name
 from hopper.store.takeover import effective_owner, try_take
@@ -179,6 +180,33 @@ def test_a_lease_released_by_name_reads_no_other_and_spares_a_retaken_slot(
     assert leases.count(scopes[1].name) == 0
     left = [n for n in os.listdir(j2[0].parent) if n.startswith(".")]
     assert all(n.startswith(".spare.") for n in left), left  # nothing left aside but spares
+
+
+def test_a_lease_this_watcher_linked_is_released_without_reading_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Our own lease is judged by the inode of the file set aside (its spare's), not
+    read and parsed; a lease it cannot vouch for that way is read as before."""
+    leases = SlotLeases(Layout(tmp_path), "h:1:1.0", "h")
+    scopes = [Scope("all", 4), Scope(scope_name("agent", "bash"), 4)]
+    j1 = leases.acquire("j1", scopes, 0.0, lambda _: True)
+    j2 = leases.acquire("j2", scopes, 0.0, lambda _: True)
+    assert j1 is not None and j2 is not None
+    read: list[object] = []
+
+    def reading(path: object, limit: int) -> bytes:
+        read.append(path)
+        return real_read(path, limit)  # type: ignore[arg-type]
+
+    real_read = leases_module.read_bytes
+    monkeypatch.setattr(leases_module, "read_bytes", reading)
+    leases.release_taken("j1", j1)
+    assert read == []
+    assert [lease.job_id for lease in leases.holders("all", 0.0)] == ["j2"]
+    # not the job this watcher linked the lease for: read, and left alone
+    leases.release_taken("j9", j2)
+    assert len(read) == 2
+    assert [lease.job_id for lease in leases.holders("all", 0.0)] == ["j2"]
 
 
 def test_a_released_lease_file_is_reused_for_the_next_lease_not_made_anew(

@@ -247,7 +247,11 @@ class SlotLeases:
         """Drop the leases :meth:`acquire` gave ``job_id``, by name: each is removed
         only if it still names the job (:func:`_reclaim`), no other lease is read."""
         for path in paths:
-            _reclaim(Lease(path, job_id, self.owner, self.host, 0.0))
+            ours = self._job_of.get(path)
+            if ours is not None and ours[0] == job_id:
+                _reclaim_linked(path, ours[1])  # known by its inode: nothing read
+            else:
+                _reclaim(Lease(path, job_id, self.owner, self.host, 0.0))
             self._freed(path)
 
     def release_job(self, job_id: str, scopes: Iterable[str], now: float) -> None:
@@ -351,6 +355,29 @@ def _read(path: Path, now: float) -> Lease | None:
         str(raw.get("host", "")),
         max(0.0, now - st.st_mtime),
     )
+
+
+def _reclaim_linked(path: Path, inode: int) -> bool:
+    """:func:`_reclaim` of a lease this watcher linked from a spare whose inode it
+    knows: rename-first as there, then the file set aside is judged by its inode (one
+    ``lstat``) instead of being read and parsed."""
+    aside = path.with_name(f".{path.name}.{secrets.token_hex(6)}.reclaim")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False  # another watcher reclaimed it (our job had ended)
+    try:
+        ours = os.stat(aside, follow_symlinks=False).st_ino == inode
+    except FileNotFoundError:
+        return False
+    if not ours:
+        # Reclaimed and retaken between our lookup and our rename: put it back.
+        try:
+            os.link(aside, path)
+        except FileExistsError:
+            log.warning("lease %s was retaken twice at once; one slot may be overused", path)
+    aside.unlink(missing_ok=True)
+    return ours
 
 
 def _reclaim(lease: Lease) -> bool:
