@@ -9,8 +9,10 @@ ticks until Esc; ``hang`` never answers (``hang-once`` answers in a resumed
 agent); ``quiet TEXT`` answers without a
 marker (the session log must end the turn); ``spend N`` logs a tool call
 that used N output tokens (model ``fake-model``) and then ticks until Esc
-(a turn still going when its spend is known); ``exit`` exits; ``eat N``
-holds N MiB. ``python sessionfake.py host`` is a host process with
+(a turn still going when its spend is known); ``fails N STATUS ...`` ends
+its reply with an API error (HTTP ``STATUS``, logged as Claude Code 2.1.330
+logs one: no marker) the first N times it is typed, then answers; ``exit``
+exits; ``eat N`` holds N MiB. ``python sessionfake.py host`` is a host process with
 :class:`FakeAgent` (the spec on stdin, as ``python -m hopper.sessionhost``).
 """
 
@@ -106,6 +108,23 @@ def _answer(sid: str, n: int, text: str, marker: bool) -> None:
         (folder / f"{time.time_ns()}-{n}.done").write_text(sid)
 
 
+API_ERRORS = {429: "rate_limit", 401: "authentication_failed", 500: "server_error"}
+
+
+def _api_error(sid: str, n: int, text: str, status: int) -> None:
+    shown = f"API Error: Request rejected ({status}) · scripted error {status}"
+    _out(f"\r\n{shown}\r\n")
+    _log({"type": "user", "sessionId": sid, "message": {"content": text}})
+    message = {
+        "id": f"m{os.getpid()}-{n}",
+        "model": "<synthetic>",
+        "content": [{"type": "text", "text": shown}],
+        "usage": {"input_tokens": 0, "output_tokens": 0},
+    }
+    entry = {"type": "assistant", "sessionId": sid, "message": message, "isApiErrorMessage": True}
+    _log({**entry, "error": API_ERRORS.get(status, "unknown"), "apiErrorStatus": status})
+
+
 def _spend(sid: str, n: int, tokens: int) -> None:
     """A tool call mid-turn whose usage is in the log before the turn could end."""
     _log({"type": "user", "sessionId": sid, "message": {"content": f"spend {tokens}"}})
@@ -135,6 +154,7 @@ def cli(argv: list[str]) -> int:
     if resume:
         _out(f"resumed {resume}\r\n")
     hold: list[bytes] = []
+    typed: dict[str, int] = {}  # times each message was typed
     n = 0
     buf = b""
     _out("READY> ")
@@ -150,6 +170,7 @@ def cli(argv: list[str]) -> int:
             line, _, buf = buf.partition(b"\r")
             text = line.replace(PASTE_START, b"").replace(PASTE_END, b"").decode().strip()
             n += 1
+            typed[text] = typed.get(text, 0) + 1
             if text == "exit":
                 _out("\r\nbye\r\n")
                 return 0
@@ -164,6 +185,8 @@ def cli(argv: list[str]) -> int:
             elif text.startswith("eat "):
                 hold.append(b"x" * (int(text.split()[1]) * 1024 * 1024))
                 _answer(sid, n, text, marker=True)
+            elif text.startswith("fails ") and typed[text] <= int(text.split()[1]):
+                _api_error(sid, n, text, int(text.split()[2]))
             elif text.startswith("quiet "):
                 _answer(sid, n, text, marker=False)
             else:

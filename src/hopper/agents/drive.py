@@ -59,11 +59,12 @@ from hopper.agents.policy import (
     check_nudge_text,
     final_state,
     idle_nudge_text,
+    pauses_on,
+    retries_error,
     retry_delay,
 )
 from hopper.agents.stream import DIALECTS
 from hopper.agents.streamtext import shorten
-from hopper.core.agent_outcome import retryable
 from hopper.core.prices import TOKEN_KEYS
 from hopper.store.atomic import write_atomic
 
@@ -199,14 +200,15 @@ class Driver:
     def turn(self, message: Path, session_id: str | None, resume: bool) -> RunResult:
         """One message to the agent, with hopper's retries of retryable failures."""
         retries = int(self.spec.get("api_retries") or 0)
-        if (self.spec.get("on_error") or "retry") != "retry":
-            retries = 0
+        on_error = self.spec.get("on_error")
         backoff = float(self.spec.get("retry_backoff") or 0.0)
         attempt = 0
         while True:
             res = self.run_agent(message, self.cli.session_for_turn(session_id, resume), resume)
             self._account(res)
-            if self.stopping or res.ok or res.idle or not retryable(res.kind) or attempt >= retries:
+            if self.stopping or res.ok or res.idle:
+                return res
+            if not retries_error(on_error, res.kind, attempt, retries):
                 return res
             if self.budget.reached():  # no rerun past the job's limit
                 return res
@@ -315,10 +317,10 @@ class Driver:
     def pause_session(self, outcome: str, kind: str | None, detail: str) -> str | None:
         """``on_error = "pause"``: an API error holds the session's later prompts."""
         where = self.sessions_dir()
-        if outcome != "agent_error" or self.spec.get("on_error") != "pause" or where is None:
+        if outcome != "agent_error" or where is None:
             return None
-        if kind in (None, "unknown", "permission_denied"):
-            return None  # not an API error: the agent's own failure
+        if not pauses_on(self.spec.get("on_error"), kind):
+            return None
         why = f"failed agent_error/{kind} (on_error = pause): {detail[:200]}"
         path = sessionmap.write_pause(where, self.spec["session"], self.spec.get("job_id"), why)
         self.event("session_paused", session=self.spec["session"], error_kind=kind)

@@ -15,6 +15,7 @@ matter or ``[agents.NAME]`` (docs/agents.md has an example of each):
 from __future__ import annotations
 
 from hopper.agents.streamtext import shorten
+from hopper.core.agent_outcome import retryable
 
 CHECK_OUTPUT_CHARS = 6000
 MAX_RETRY_DELAY = 600.0  # seconds: no announced retry-after holds a job longer per attempt
@@ -29,6 +30,19 @@ def retry_delay(backoff: float, attempt: int, announced: float | None) -> float:
     least what the CLI announced (which carries the server's retry-after), capped."""
     own = backoff * float(2 ** (attempt - 1))
     return min(MAX_RETRY_DELAY, max(own, announced or 0.0))
+
+
+def retries_error(on_error: str | None, kind: str | None, done: int, api_retries: int) -> bool:
+    """``on_error``: is an API error of ``kind`` run again, ``done`` reruns having been
+    made? Only ``retry`` (the default) reruns, only the kinds hopper retries, up to
+    ``api_retries``."""
+    return (on_error or "retry") == "retry" and retryable(kind) and done < api_retries
+
+
+def pauses_on(on_error: str | None, kind: str | None) -> bool:
+    """``on_error = "pause"``: does a failure of ``kind`` hold the session's later
+    prompts? Only an API error does (not the agent's own failure)."""
+    return on_error == "pause" and kind not in (None, "unknown", "permission_denied")
 
 
 def idle_nudge_text(quiet: float) -> str:

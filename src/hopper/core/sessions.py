@@ -28,6 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from hopper.core.agent_outcome import error_kind
+
 # -- which jobs may start ---------------------------------------------------------------
 
 
@@ -164,12 +166,37 @@ def turn_state(
 
 
 def last_conversation_entry(entries: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The last user or assistant entry (bookkeeping, system and meta lines skipped)."""
-    for entry in reversed(entries):
-        if entry.get("type") in ("user", "assistant") and not entry.get("isMeta"):
-            found: Mapping[str, Any] = entry
-            return found
-    return None
+    """The last user or assistant entry (bookkeeping, system and meta lines skipped): the
+    latest by ``timestamp`` when every one has one, else the last in the log. (Claude Code
+    2.1.197 writes the assistant entry of an API error before the user entry it answers.)"""
+    talk = [e for e in entries if e.get("type") in ("user", "assistant") and not e.get("isMeta")]
+    if not talk:
+        return None
+    stamps = [e.get("timestamp") for e in talk]
+    if all(isinstance(t, str) and t for t in stamps):
+        latest = max(range(len(talk)), key=lambda i: (str(stamps[i]), i))
+        return talk[latest]
+    return talk[-1]
+
+
+def api_error_kind(entries: Sequence[Mapping[str, Any]]) -> str | None:
+    """The kind (core/agent_outcome.py's KINDS) of the API error the last conversation
+    entry reports, or None when it reports none. Claude's entry carries the HTTP status
+    (``apiErrorStatus``), a code word (``error``: "rate_limit", "authentication_failed")
+    and the text shown ("API Error: Request rejected (429) ...")."""
+    last = last_conversation_entry(entries)
+    if last is None or last.get("type") != "assistant":
+        return None
+    if not (last.get("isApiErrorMessage") is True or last.get("error")):
+        return None
+    status = last.get("apiErrorStatus")
+    code = last.get("error")
+    text = " ".join(str(b.get("text") or "") for b in _blocks(last) if b.get("type") == "text")
+    return error_kind(
+        status if isinstance(status, int) and not isinstance(status, bool) else None,
+        text,
+        code if isinstance(code, str) else None,
+    )
 
 
 def turn_result(entries: Sequence[Mapping[str, Any]]) -> str | None:

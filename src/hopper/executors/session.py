@@ -226,8 +226,8 @@ class SessionRecovery:
 def message_for(
     record: JobRecord, run_dir: Path, text: str, config: Config, agent_spec: Mapping[str, Any]
 ) -> TurnRequest:
-    """The message the host types, with the job's limits and on_idle policy (from the
-    agent's prepared spec) it follows during the turn."""
+    """The message the host types, with the job's limits and its on_idle, on_dead and
+    on_error policies (from the agent's prepared spec) it follows during the turn."""
     table = config.agents.get(record.agent) or AgentConfig()
     return TurnRequest(
         job_id=record.id,
@@ -243,6 +243,11 @@ def message_for(
         on_idle=str(agent_spec.get("on_idle") or "abort"),
         max_nudges=int(agent_spec.get("max_nudges") or 0),
         on_dead=str(agent_spec.get("on_dead") or "fail"),
+        on_error=str(agent_spec.get("on_error") or "retry"),
+        api_retries=int(agent_spec.get("api_retries") or 0),
+        retry_backoff=number(agent_spec.get("retry_backoff")) or 0.0,
+        session=record.session,
+        sessions_dir=str(agent_spec["sessions_dir"]) if agent_spec.get("sessions_dir") else None,
     )
 
 

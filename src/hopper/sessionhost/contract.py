@@ -78,6 +78,11 @@ class TurnRequest:
     on_idle: str | None = None  # "abort" (None too) | "nudge"
     max_nudges: int = 0  # idle nudges this turn at most
     on_dead: str | None = None  # "fail" (None too) | "resume": the agent died mid-turn
+    on_error: str | None = None  # "retry" (None too) | "fail" | "pause": an API error ended it
+    api_retries: int = 0  # on_error = "retry": the message typed again at most this often
+    retry_backoff: float = 0.0  # seconds before the first retyping (doubling; agents/policy.py)
+    session: str | None = None  # the job's session name (on_error = "pause" holds it) ...
+    sessions_dir: str | None = None  # ... by a marker here (agents/sessionmap.py)
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self)).encode() + b"\n"
@@ -107,6 +112,11 @@ class TurnRequest:
             _str(obj.get("on_idle")),
             _int(obj.get("max_nudges")) or 0,
             _str(obj.get("on_dead")),
+            _str(obj.get("on_error")),
+            _int(obj.get("api_retries")) or 0,
+            _number(obj.get("retry_backoff")) or 0.0,
+            _str(obj.get("session")),
+            _str(obj.get("sessions_dir")),
         )
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hopper.agents import policy
+from hopper.agents import policy, sessionmap
 from hopper.agents.interactive import terminal_replies
 from hopper.core import sessions as verdicts
 from hopper.errors import HopperError
@@ -230,6 +230,8 @@ class Host:
                 due.append(self.turn.marker_at + MARKER_GRACE)
             if self.turn.deadline is not None:
                 due.append(self.turn.deadline)
+            if self.turn.retry_at is not None:
+                due.append(self.turn.retry_at)
         if self.ladder.due is not None:
             due.append(self.ladder.due)
         return max(0.0, min(min(due) - now, 1.0))
@@ -435,6 +437,8 @@ class Host:
     def _watch_turn(self, now: float) -> None:
         turn = self.turn
         assert turn is not None
+        if turn.retry_at is not None and not self._retry_due(turn, now):
+            return
         if turn.retype and not self._retype(turn, now):
             return
         if turn.enter:
@@ -474,7 +478,10 @@ class Host:
             deadline=None,  # the timeout is the host's: it interrupts the turn too
             settle=self.spec.settle,
         )
-        if verdict is not None and verdict.how == c.STOP_HOOK:
+        kind = verdicts.api_error_kind(turn.entries) if verdict is not None else None
+        if verdict is not None and kind is not None:
+            self._api_error(turn, kind, verdict.how, now)
+        elif verdict is not None and verdict.how == c.STOP_HOOK:
             # The hook may fire before the log has the answer: a moment for it to land.
             if turn.marker_at is None:
                 turn.marker_at = now
@@ -490,13 +497,61 @@ class Host:
         elif verdict is not None:
             detail = f"the session log says {verdict.state} (quiet {self.spec.settle:g} s)"
             self.ready = self.ready or verdict.state == "waiting_for_input"
-            self._end_turn(c.SESSION_LOG, detail, now, failed=verdict.state == "api_error")
+            self._end_turn(c.SESSION_LOG, detail, now)
         elif turn.deadline is not None and now >= turn.deadline:
             self._unready(now)
             self._type(self.agent.interrupt_keys())
             self._end_turn(c.TIMEOUT, f"no end of turn within {turn.request.timeout:g} s", now)
         else:
             self._idle(turn, now)
+
+    def _api_error(self, turn: Turn, kind: str, how: str, now: float) -> None:
+        """An API error ended the agent's reply (it is back at its prompt). ``on_error``,
+        as for a headless job: ``retry`` types the message again after hopper's backoff
+        (up to ``api_retries``, the kinds hopper retries); else the job fails
+        ``agent_error/<kind>``, and ``pause`` holds the session's later messages."""
+        req = turn.request
+        self.ready = True
+        text = (verdicts.turn_result(turn.entries) or "")[:300]
+        if policy.retries_error(req.on_error, kind, turn.retries, req.api_retries):
+            turn.retries += 1
+            delay = policy.retry_delay(req.retry_backoff, turn.retries, None)
+            turn.retry_at = now + delay
+            turn.event("agent_retry", attempt=turn.retries, kind=kind, delay_seconds=delay)
+            line = f"{kind}: retry {turn.retries}/{req.api_retries} in {delay:g}s"
+            turn.log(f"[hopper] {line}\n")
+            turn.live.set("retrying", kind, line)
+            self.note(f"job={req.job_id} turn={turn.number} {line}")
+            return
+        paused = None
+        if policy.pauses_on(req.on_error, kind) and req.session and req.sessions_dir:
+            why = f"failed agent_error/{kind} (on_error = pause): {text[:200]}"
+            try:
+                path = sessionmap.write_pause(Path(req.sessions_dir), req.session, req.job_id, why)
+            except OSError as exc:
+                self.note(f"job={req.job_id} cannot pause session {req.session}: {exc}")
+            else:
+                paused = req.session
+                turn.event("session_paused", session=req.session, error_kind=kind)
+                turn.log(f"[hopper] session {req.session} paused: remove {path} to go on\n")
+        detail = f"the agent reported an error ({kind}): {text}"
+        self._end_turn(how, detail, now, error=kind, paused=paused)
+
+    def _retry_due(self, turn: Turn, now: float) -> bool:
+        """Waiting out the backoff before an ``on_error`` retry: True once the message is
+        to be typed again (the job's timeout still ends the turn meanwhile)."""
+        assert turn.retry_at is not None
+        if turn.deadline is not None and now >= turn.deadline:
+            self._end_turn(c.TIMEOUT, f"no end of turn within {turn.request.timeout:g} s", now)
+            return False
+        if now < turn.retry_at:
+            return False
+        turn.retry_at, turn.marker_at, turn.retype = None, None, True
+        turn.entries.clear()  # the error is behind: the turn is judged from here on
+        turn.markers = self._markers()
+        turn.last_change = now
+        turn.live.set("working")
+        return True
 
     def _retype(self, turn: Turn, now: float) -> bool:
         """After an ``on_dead`` resume: the message typed again once the new agent is ready."""
@@ -568,7 +623,9 @@ class Host:
         detail = f"no output for idle_timeout ({req.idle_timeout:g} s){spent}"
         self._end_turn(c.IDLE_TIMEOUT, detail, now)
 
-    def _end_turn(self, how: str, detail: str, now: float, failed: bool = False) -> None:
+    def _end_turn(
+        self, how: str, detail: str, now: float, error: str | None = None, paused: str | None = None
+    ) -> None:
         turn = self.turn
         if turn is None:
             return
@@ -578,7 +635,7 @@ class Host:
         answer = verdicts.turn_result(turn.entries) or self.log.last_text
         turn.result = answer if how in c.COMPLETED_TURNS else None
         pid = self.pty.pid if self.pty is not None else None
-        record = turn.finish(how, detail, self.log.session_id, pid, self.log.usage, failed)
+        record = turn.finish(how, detail, self.log.session_id, pid, self.log.usage, error, paused)
         self.done_jobs.add(turn.request.job_id)
         self.idle_since = now
         self.note(f"job={turn.request.job_id} turn={turn.number} ended={how}")

@@ -110,6 +110,8 @@ class Turn:
     resumed: bool = False  # on_dead = "resume": the agent was restarted once this turn
     retype: bool = False  # ... and the message is to be typed again once it is ready
     marker_at: float | None = None  # monotonic: when the Stop hook's marker appeared
+    retries: int = 0  # on_error = "retry": times the message was typed again after an API error
+    retry_at: float | None = None  # monotonic: when it is typed again (hopper's backoff)
     ended: str | None = None
     detail: str = ""
     entries: list[Mapping[str, Any]] = field(default_factory=list)  # the log's, this turn
@@ -167,9 +169,12 @@ class Turn:
         session_id: str | None,
         agent_pid: int | None,
         usage_after: Usage,
-        failed: bool = False,
+        error: str | None = None,
+        paused: str | None = None,
     ) -> TurnEnd:
-        """Write result.md and agent.json; the record :meth:`commit` then writes."""
+        """Write result.md and agent.json; the record :meth:`commit` then writes.
+        ``error``: the kind of the API error that ended a completed turn (the job fails
+        ``agent_error``); ``paused``: the session that error paused (on_error = "pause")."""
         self.ended, self.detail = ended, detail
         self.cast.close()
         usage = usage_delta(self.usage_before, usage_after)
@@ -182,16 +187,19 @@ class Turn:
             except OSError:
                 pass
         done = ended in COMPLETED_TURNS
+        failed = done and error is not None
         outcome = ("agent_error" if failed else "succeeded") if done else None
         summary: dict[str, object] = {
             "outcome": BUDGET if ended == BUDGET else outcome,
             "detail": detail,
+            "error_kind": error if failed else None,
             "session_id": session_id,
             "turns": self.number,
             "usage": {k: v for k, v in usage.items() if v is not None and v >= 0},
             "agent_state": ("api_error" if failed else "waiting_for_input") if done else "idle",
+            "session_paused": paused,
         }
-        self.live.set(str(summary["agent_state"]))
+        self.live.set(str(summary["agent_state"]), error if failed else None)
         if wrote_result:
             summary["result_path"] = RESULT_FILE
         try:

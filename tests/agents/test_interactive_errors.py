@@ -1,0 +1,97 @@
+"""on_error for interactive Claude jobs, the real pinned CLIs in a pty against the model
+server: an API error (CLAUDE_CODE_MAX_RETRIES=0: the CLI's own retries off) ends the turn,
+and the message job fails ``agent_error/<kind>`` or is typed again, as for headless jobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from agentjobs import CLAUDES, Hopper, prompt
+from test_interactive_jobs import ended, find, hosts, setup  # noqa: F401 (hosts: a fixture)
+
+from conftest import Watchers, drop
+from hopper.store.jobfile import read_events
+from hopper.store.layout import Layout
+from modelserver import ModelServer, error, text
+from waiting import poll_until
+
+
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "work").mkdir()
+    return tmp_path / "work"
+
+
+@pytest.mark.usefixtures("hosts")
+@pytest.mark.parametrize("agent_at", CLAUDES)
+def test_retry_types_the_message_again_into_the_live_session(
+    agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
+    srv: ModelServer,
+) -> None:  # fmt: skip
+    work = workdir(tmp_path)
+    agent = setup(agent_at, config_file, tmp_path, srv)  # api_retries 2, retry_backoff 0.1s
+    srv.script([error(429), text("Recovered.")])
+    drop(layout, "e", prompt(agent, "Hi", session="chat", workdir=str(work)))
+    watchers.start()
+    rec = ended(layout, "e")
+    run = layout.run_dir(rec.id)
+    assert (rec.state, rec.reason) == ("succeeded", "completed"), (
+        rec.detail,
+        (run / "job.log").read_text(),
+    )
+    assert (run / "result.md").read_text() == "Recovered.\n"
+    retries = [e for e in read_events(run) if e["event"] == "agent_retry"]
+    assert [(e["attempt"], e["kind"]) for e in retries] == [(1, "rate_limit")]
+    assert len(srv.model_requests()) == 2
+    drop(layout, "next", prompt(agent, "And now?", session="chat", workdir=str(work)))
+    after = ended(layout, "next")
+    assert after.state == "succeeded" and after.pid == rec.pid, after.detail
+
+
+@pytest.mark.usefixtures("hosts")
+@pytest.mark.parametrize("agent_at", CLAUDES[:1])
+def test_fail_fails_the_message_agent_error_and_the_session_lives_on(
+    agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
+    srv: ModelServer,
+) -> None:  # fmt: skip
+    work = workdir(tmp_path)
+    agent = setup(agent_at, config_file, tmp_path, srv)
+    srv.script([error(429), text("after")])
+    drop(layout, "e", prompt(agent, "Hi", session="chat", workdir=str(work), on_error="fail"))
+    watchers.start()
+    rec = ended(layout, "e")
+    assert (rec.state, rec.reason, rec.error_kind) == ("failed", "agent_error", "rate_limit")
+    assert rec.agent_state == "api_error", rec
+    assert rec.detail and rec.detail.startswith("the agent reported an error (rate_limit)")
+    assert len(srv.model_requests()) == 1
+    drop(layout, "next", prompt(agent, "And now?", session="chat", workdir=str(work)))
+    after = ended(layout, "next")
+    assert after.state == "succeeded" and after.pid == rec.pid, after.detail
+
+
+@pytest.mark.usefixtures("hosts")
+@pytest.mark.parametrize("agent_at", CLAUDES[:1])
+def test_pause_holds_the_sessions_next_message_until_the_marker_goes(
+    agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
+    srv: ModelServer, hopper: Hopper,
+) -> None:  # fmt: skip
+    work = workdir(tmp_path)
+    agent = setup(agent_at, config_file, tmp_path, srv)
+    srv.script([error(401), text("Second answer.")])
+    first_text = prompt(agent, "First", session="chat", workdir=str(work), on_error="pause")
+    drop(layout, "a-first", first_text)
+    drop(layout, "b-second", prompt(agent, "Second", session="chat", workdir=str(work)))
+    watchers.start()
+    first = ended(layout, "a-first")
+    assert (first.state, first.reason, first.error_kind) == ("failed", "agent_error", "auth")
+    assert first.session_paused is True
+    marker = layout.root / "sessions" / "chat.paused"
+    assert marker.exists()
+    poll_until(
+        lambda: "session chat paused:" in hopper("status").stdout, 60.0, "status says paused"
+    )
+    assert find(layout, "b-second", ("queued",)) and len(srv.model_requests()) == 1
+    marker.unlink()
+    second = ended(layout, "b-second")
+    assert second.state == "succeeded" and second.pid == first.pid, second.detail
+    assert (layout.run_dir(second.id) / "result.md").read_text() == "Second answer.\n"
