@@ -31,6 +31,9 @@ A turn is one of:
   seconds pass between SSE chunks (a slow stream; the text is sent in
   ``chunks`` deltas of equal size: ``"tick0\ntick1\n"`` with ``chunks=2`` is
   one line per delta).
+* ``text(..., stall=30.0)`` — (Anthropic) the reply starts (message_start, an
+  empty text block) and then nothing comes for ``stall`` seconds before its
+  first delta: a model that went quiet mid-reply.
 * ``text(..., usage={"input_tokens": 500, "output_tokens": 90})`` — the token
   figures the reply reports (any of input_tokens, output_tokens,
   cache_creation_input_tokens, cache_read_input_tokens; default 10 in, 5 out), to
@@ -108,12 +111,20 @@ class Turn:
     retry_after: float = 0.0
     chunks: int = 3
     usage: dict[str, int] | None = None  # token figures reported (default 10 in, 5 out)
+    stall: float = 0.0  # seconds of silence before the first text delta (Anthropic)
 
 
-def text(s: str, delay: float = 0.0, chunks: int = 3, usage: dict[str, int] | None = None) -> Turn:
+def text(
+    s: str,
+    delay: float = 0.0,
+    chunks: int = 3,
+    usage: dict[str, int] | None = None,
+    stall: float = 0.0,
+) -> Turn:
     """A plain text reply in ``chunks`` deltas; ``delay`` seconds between stream chunks;
-    ``usage``: the token figures it reports (Anthropic's names, see :func:`_usage`)."""
-    return Turn("text", text=s, delay=delay, chunks=chunks, usage=usage)
+    ``usage``: the token figures it reports (Anthropic's names, see :func:`_usage`);
+    ``stall``: seconds of silence after the reply started, before its first delta."""
+    return Turn("text", text=s, delay=delay, chunks=chunks, usage=usage, stall=stall)
 
 
 def tool(command: str, delay: float = 0.0, usage: dict[str, int] | None = None) -> Turn:
@@ -533,7 +544,7 @@ class _Handler(BaseHTTPRequestHandler):
                     "content_block": {"type": "text", "text": ""},
                 },
             )
-            for piece in _chunks(turn.text, turn.chunks):
+            for i, piece in enumerate(_chunks(turn.text, turn.chunks)):
                 self._event(
                     "content_block_delta",
                     {
@@ -541,7 +552,7 @@ class _Handler(BaseHTTPRequestHandler):
                         "index": 0,
                         "delta": {"type": "text_delta", "text": piece},
                     },
-                    d,
+                    d + (turn.stall if i == 0 else 0.0),
                 )
         else:
             self._event(

@@ -446,7 +446,7 @@ class Host:
             quiet = shown and now - self.last_output >= ENTER_QUIET
             if quiet or now - turn.typed_at >= ENTER_MAX:
                 self._type(turn.enter)
-                turn.enter = b""
+                turn.enter, turn.typed_at = b"", now
         new_markers = self._markers() - turn.markers
         if now >= self.next_log or (new_markers and turn.marker_at is None):
             self.next_log = now + LOG_SCAN
@@ -597,13 +597,14 @@ class Host:
         return True
 
     def _idle(self, turn: Turn, now: float) -> None:
-        """``idle_timeout``: working, yet nothing new in the log or on the terminal since
-        the last typing: a nudge typed into the session (``on_idle = "nudge"``, up to
-        ``max_nudges``), else the turn ends ``idle_timeout``."""
+        """``idle_timeout``: working, yet nothing new in the session log since the last
+        typing: a nudge typed into the session (``on_idle = "nudge"``, up to
+        ``max_nudges``), else the turn ends ``idle_timeout``. Not the terminal: Claude's
+        TUI redraws its spinner (elapsed seconds) all the while it waits on the model."""
         req = turn.request
         if req.idle_timeout is None or turn.enter or turn.live.state != "working":
             return
-        quiet = now - max(turn.last_change, self.last_output, turn.typed_at)
+        quiet = now - max(turn.last_change, turn.typed_at)
         if quiet < req.idle_timeout:
             return
         if req.on_idle == "nudge" and turn.nudges < req.max_nudges:

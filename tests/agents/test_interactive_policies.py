@@ -1,6 +1,8 @@
-"""on_error for interactive Claude jobs, the real pinned CLIs in a pty against the model
-server: an API error (CLAUDE_CODE_MAX_RETRIES=0: the CLI's own retries off) ends the turn,
-and the message job fails ``agent_error/<kind>`` or is typed again, as for headless jobs."""
+"""The agent policies of interactive Claude jobs, the real pinned CLIs in a pty against the
+model server. on_error: an API error (CLAUDE_CODE_MAX_RETRIES=0: the CLI's own retries off)
+ends the turn, and the message job fails ``agent_error/<kind>`` or is typed again, as for
+headless jobs. on_idle: a reply that stalls is nudged though Claude's spinner keeps
+redrawing the screen."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from test_interactive_jobs import ended, find, hosts, setup  # noqa: F401 (hosts
 from conftest import Watchers, drop
 from hopper.store.jobfile import read_events
 from hopper.store.layout import Layout
-from modelserver import ModelServer, error, text
+from modelserver import ModelServer, error, last_user_text, text
 from waiting import poll_until
 
 
@@ -95,3 +97,41 @@ def test_pause_holds_the_sessions_next_message_until_the_marker_goes(
     second = ended(layout, "b-second")
     assert second.state == "succeeded" and second.pid == first.pid, second.detail
     assert (layout.run_dir(second.id) / "result.md").read_text() == "Second answer.\n"
+
+
+@pytest.mark.usefixtures("hosts")
+@pytest.mark.parametrize("agent_at", CLAUDES[:1])
+def test_on_idle_nudge_types_the_nudge_while_a_stalled_reply_spins(
+    agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
+    srv: ModelServer,
+) -> None:  # fmt: skip
+    """The reply starts and then nothing comes for 12 s; Claude's spinner redraws the
+    screen all along, yet its session log does not grow: the turn is idle at 5 s, nudged,
+    and goes on to its answer."""
+    work = workdir(tmp_path)
+    agent = setup(agent_at, config_file, tmp_path, srv)
+    srv.script([text("Done at last.", stall=12.0, chunks=1), text("Carrying on.")])
+    stuck = prompt(
+        agent, "Think", session="chat", workdir=str(work), idle_timeout="5s", on_idle="nudge"
+    )
+    drop(layout, "stuck", stuck)
+    watchers.start()
+    rec = find(layout, "stuck", ("running",))
+    run = layout.run_dir(rec.id)
+    poll_until(
+        lambda: any(e["event"] == "nudge" for e in read_events(run)), 60.0, "the nudge typed"
+    )
+    done = ended(layout, "stuck")
+    assert done.state == "succeeded", (done.detail, (run / "job.log").read_text())
+    nudges = [e for e in read_events(run) if e["event"] == "nudge"]
+    assert nudges and all(e["why"] == "idle" for e in nudges), nudges
+    assert "[hopper] nudge 1/2: idle" in (run / "job.log").read_text()
+    assert (run / "result.md").read_text() == "Done at last.\n"
+    poll_until(
+        lambda: any(
+            "You have printed nothing for 5 seconds" in (last_user_text(r.body) or "")
+            for r in srv.model_requests()
+        ),
+        60.0,
+        "the nudge reached the model",
+    )
