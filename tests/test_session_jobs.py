@@ -187,10 +187,41 @@ def test_on_dead_resume_restarts_the_agent_and_types_the_message_again(
     assert done.state == "succeeded", done.detail
     end = c.read_turn_end(run)
     assert end is not None and end.agent_pid is not None and end.agent_pid != first.pid
+    assert done.pid == end.agent_pid  # job.json names the new agent process
+    state = c.read_session(layout.root / "sessions" / "chat")
+    assert state is not None and state.agent_pid == end.agent_pid
+    respawns = [e for e in read_events(run) if e["event"] == "respawned"]
+    assert [(e["old_pid"], e["pid"]) for e in respawns] == [(first.pid, end.agent_pid)]
     assert done.session_id == first.session_id
     assert (run / "result.md").read_text() == "answer: hang-once\n"
     nudges = [e for e in read_events(run) if e["event"] == "nudge"]
     assert [e["why"] for e in nudges] == ["dead"], nudges
+
+
+def test_job_json_names_the_resumed_agent_while_its_turn_runs(
+    layout: Layout, watchers: Watchers, hosts: None
+) -> None:
+    watchers.start(env=HOST_ENV)
+    drop(layout, "first", message("hello", session="chat"))  # the fake's id: in its log
+    ended(layout, "first")
+    drop(layout, "dies", message("hang", session="chat", on_dead="resume"))
+    rec = running(layout, "dies")
+    run = layout.run_dir(rec.id)
+    poll_until(lambda: b"hang" in cast_of(run), WAIT, "the message typed")
+    assert rec.pid is not None
+    os.kill(rec.pid, signal.SIGKILL)
+    folder = layout.root / "sessions" / "chat"
+    state = poll_until(
+        lambda: (s := c.read_session(folder)) is not None and s.agent_pid != rec.pid and s,
+        WAIT,
+        "the agent resumed",
+    )
+    assert isinstance(state, c.SessionState) and state.agent_pid is not None
+    poll_until(lambda: read_record(run).pid == state.agent_pid, WAIT, "job.json's new pid")
+    assert read_record(run).state == "running"
+    (run / "ABORT").touch()
+    done = ended(layout, "dies")
+    assert done.state == "aborted" and done.pid == state.agent_pid, done
 
 
 def test_without_on_dead_resume_an_agent_death_fails_the_turn(

@@ -2,10 +2,13 @@
 model server. on_error: an API error (CLAUDE_CODE_MAX_RETRIES=0: the CLI's own retries off)
 ends the turn, and the message job fails ``agent_error/<kind>`` or is typed again, as for
 headless jobs. on_idle: a reply that stalls is nudged though Claude's spinner keeps
-redrawing the screen."""
+redrawing the screen. on_dead: a Claude killed mid-turn is resumed in a new process, and
+the records name it."""
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,8 @@ from agentjobs import CLAUDES, Hopper, prompt
 from test_interactive_jobs import ended, find, hosts, setup  # noqa: F401 (hosts: a fixture)
 
 from conftest import Watchers, drop
+from hopper.proc import identity
+from hopper.sessionhost import contract as c
 from hopper.store.jobfile import read_events
 from hopper.store.layout import Layout
 from modelserver import ModelServer, error, last_user_text, text
@@ -135,3 +140,34 @@ def test_on_idle_nudge_types_the_nudge_while_a_stalled_reply_spins(
         60.0,
         "the nudge reached the model",
     )
+
+
+@pytest.mark.usefixtures("hosts")
+@pytest.mark.parametrize("agent_at", CLAUDES[:1])
+def test_on_dead_resume_records_the_new_claude_process(
+    agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
+    srv: ModelServer,
+) -> None:  # fmt: skip
+    work = workdir(tmp_path)
+    agent = setup(agent_at, config_file, tmp_path, srv)
+    script = [text("First."), text("slow " * 100, delay=0.3, chunks=100), text("Resumed answer.")]
+    srv.script(script)
+    # 2.1.330 writes its session log once a turn ends: before that, --resume finds nothing
+    drop(layout, "first", prompt(agent, "Hi", session="chat", workdir=str(work)))
+    watchers.start()
+    assert ended(layout, "first").state == "succeeded"
+    drop(layout, "dies", prompt(agent, "Talk", session="chat", workdir=str(work), on_dead="resume"))
+    rec = find(layout, "dies", ("running",))
+    srv.wait_for_requests(2, 60.0)
+    assert rec.pid is not None
+    os.kill(rec.pid, signal.SIGKILL)
+    done = ended(layout, "dies")
+    run = layout.run_dir(done.id)
+    assert done.state == "succeeded", (done.detail, (run / "job.log").read_text())
+    assert (run / "result.md").read_text() == "Resumed answer.\n"
+    end = c.read_turn_end(run)
+    state = c.read_session(layout.root / "sessions" / "chat")
+    assert end is not None and state is not None
+    assert done.pid != rec.pid and done.pid == end.agent_pid == state.agent_pid
+    assert identity.is_alive(done.pid, done.pid_start_time)  # the live claude
+    assert [e["event"] for e in read_events(run)].count("respawned") == 1

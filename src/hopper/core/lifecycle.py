@@ -307,6 +307,24 @@ def adopted(record: JobRecord, fact: Adopted) -> Step:
 
 
 @dataclass(frozen=True)
+class Respawned:
+    """A running job's agent process was replaced under the same supervisor (an
+    interactive session's ``on_dead = "resume"``): ``pid`` names the new one."""
+
+    at: datetime
+    pid: int
+    pid_start_time: float | None
+    why: str = ""
+
+
+def respawned(record: JobRecord, fact: Respawned) -> Step:
+    _require(record, {JobState.RUNNING}, "a respawn")
+    fields = {"pid": fact.pid, "old_pid": record.pid, "why": fact.why}
+    event = Event("respawned", fact.at, fields)
+    return Step(revise(record, pid=fact.pid, pid_start_time=fact.pid_start_time), (event,))
+
+
+@dataclass(frozen=True)
 class TakenOver:
     """This watcher won the takeover marker of another host's job."""
 

@@ -25,10 +25,11 @@ from typing import Any
 from hopper.agents.drive import SPEC_FILE
 from hopper.agents.driven import PROMPT_BODY_FILE
 from hopper.config import AgentConfig, Config
+from hopper.core import lifecycle
 from hopper.core.outcome import classify
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import RunSnapshot
-from hopper.core.states import Reason
+from hopper.core.states import JobState, Reason
 from hopper.executors.calls import Lane
 from hopper.executors.protocol import Context, Deferred, Ended, How, Launch, Polled, Start, Tick
 from hopper.executors.session_start import (
@@ -133,6 +134,9 @@ class SessionExecutor:
             return
         rec = job.record
         if identity.is_alive(rec.supervisor_pid, rec.supervisor_start_time):
+            state = contract.read_session(self.folder(rec))
+            if state is not None and state.job == rec.id:
+                self.respawned(job, state.agent_pid)
             return
         end = self.turn_end(rec, job.run_dir)  # written just before the host ended
         found.append(self.end_of(job, end) if end is not None else self.lost(job))
@@ -148,10 +152,25 @@ class SessionExecutor:
             return None
         return Ended(job.record, job.run_dir, How.HANDED_OVER, detail=holder)
 
+    def respawned(self, job: Running, agent_pid: int | None) -> None:
+        """The host started a new agent for the job's turn (``on_dead = "resume"``):
+        job.json's pid names it from now on."""
+        if agent_pid is None or agent_pid == job.record.pid:
+            return
+        fact = lifecycle.Respawned(
+            self.ctx.clock.now(),
+            agent_pid,
+            identity.start_time(agent_pid),
+            "the agent died mid-turn and was resumed (on_dead = resume)",
+        )
+        job.record = ledger.commit(job.run_dir, lifecycle.respawned(job.record, fact))
+
     def end_of(self, job: Running, end: TurnEnd) -> Ended:
         taken = self._handed_over(job)
         if taken is not None:
             return taken
+        if job.record.state is JobState.RUNNING:
+            self.respawned(job, end.agent_pid)
         rec = job.record
         ledger.note(
             job.run_dir,
