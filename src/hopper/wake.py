@@ -1,8 +1,10 @@
-"""A self-pipe the main loop sleeps on: signals, inotify and exits all wake it.
+"""A self-pipe the main loop sleeps on: signals, exits and other threads wake it.
 
 Signal handlers only set flags; ``signal.set_wakeup_fd`` makes every signal
 also write a byte here, so ``wait`` returns at once instead of at the next
-tick. Other threads call :meth:`Waker.wake`.
+tick. Other threads call :meth:`Waker.wake`. Descriptors the loop reads
+itself (the inbox's inotify, starts on their way) are waited on beside the
+pipe (``also``): no thread and no byte in between.
 """
 
 from __future__ import annotations
