@@ -20,6 +20,7 @@ from hopper.core.states import JobState
 from hopper.store import leases as leases_module
 from hopper.store.layout import Layout
 from hopper.store.leases import Lease, Scope, SlotLeases, create_exclusive, scope_name
+from hopper.store.saferead import read_bytes as real_read
 from hopper.store.takeover import effective_owner, try_take
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -198,7 +199,6 @@ def test_a_lease_this_watcher_linked_is_released_without_reading_it(
         read.append(path)
         return real_read(path, limit)  # type: ignore[arg-type]
 
-    real_read = leases_module.read_bytes
     monkeypatch.setattr(leases_module, "read_bytes", reading)
     leases.release_taken("j1", j1)
     assert read == []
@@ -207,6 +207,47 @@ def test_a_lease_this_watcher_linked_is_released_without_reading_it(
     leases.release_taken("j9", j2)
     assert len(read) == 2
     assert [lease.job_id for lease in leases.holders("all", 0.0)] == ["j2"]
+
+
+def test_acquiring_reads_only_the_leases_other_watchers_linked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scope's leases this watcher linked for other jobs are taken names, neither
+    read nor stat'ed; another watcher's is read (it might be this job's, after a
+    restart); a lease this watcher holds for the job is found again by its inode."""
+    leases = SlotLeases(Layout(tmp_path), "h:1:1.0", "h")
+    scope = [Scope("all", 8)]
+    held = [leases.acquire(f"j{i}", scope, 0.0, lambda _: True) for i in range(3)]
+    assert all(h is not None for h in held)
+    folder = held[0][0].parent  # type: ignore[index]
+    assert create_exclusive(folder / "3", b'{"job": "x", "owner": "o:2:2.0", "host": "o"}')
+    read: list[Path] = []
+    real_read = leases_module._read
+
+    def reading(path: Path, now: float) -> Lease | None:
+        read.append(path)
+        return real_read(path, now)
+
+    stats: list[str] = []
+    real_stat = os.stat
+
+    def counting_stat(path: object, *args: object, **kw: object) -> os.stat_result:
+        if os.path.dirname(str(path)) == str(folder):
+            stats.append(os.path.basename(str(path)))
+        return real_stat(path, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(leases_module, "_read", reading)
+    monkeypatch.setattr(os, "stat", counting_stat)
+    j4 = leases.acquire("j4", scope, 0.0, lambda _: True)
+    assert j4 is not None and j4[0].name == "4"  # 0-2 ours, 3 the other watcher's
+    assert read == [folder / "3"]
+    ours = {"0", "1", "2"}
+    assert [n for n in stats if n in ours] == []  # ours: not even a stat
+    again = leases.acquire("j1", scope, 0.0, lambda _: True)  # a start retried
+    assert again == held[1]
+    assert [n for n in stats if n in ours] == ["1"]  # found by its inode
+    monkeypatch.undo()
+    assert sorted(h.job_id for h in leases.holders("all", 0.0)) == ["j0", "j1", "j2", "j4", "x"]
 
 
 def test_a_released_lease_file_is_reused_for_the_next_lease_not_made_anew(

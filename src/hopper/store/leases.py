@@ -126,15 +126,20 @@ Validity = Callable[[Lease], bool]
 
 
 class SlotLeases:
+    """This watcher's side of the leases. Its own bookkeeping is keyed by plain
+    ``str`` paths (``<folder>/<name>``): a lease is acquired and released per job,
+    and ``pathlib`` objects cost more than the syscalls around them here."""
+
     def __init__(self, layout: Layout, owner: str, host: str) -> None:
         self.base = layout.state_dir / SLOTS_DIR
+        self._base = str(self.base)
         self.owner = owner
         self.host = host
-        self._spares: dict[Path, list[Path]] = {}  # scope folder -> our free spares
-        self._spare_of: dict[Path, Path] = {}  # a lease we hold -> the spare it was linked from
-        self._size: dict[Path, int] = {}  # a spare -> the length of what it holds
+        self._spares: dict[str, list[str]] = {}  # scope folder -> our free spares
+        self._spare_of: dict[str, str] = {}  # a lease we hold -> the spare it was linked from
+        self._size: dict[str, int] = {}  # a spare -> the length of what it holds
         # a lease we linked -> its job and inode (known without reading it)
-        self._job_of: dict[Path, tuple[str, int]] = {}
+        self._job_of: dict[str, tuple[str, int]] = {}
 
     def _dir(self, scope: str) -> Path:
         return self.base / scope
@@ -142,7 +147,7 @@ class SlotLeases:
     def count(self, scope: str) -> int:
         """Leases held in ``scope`` (one listing, no reads)."""
         try:
-            with os.scandir(self._dir(scope)) as it:
+            with os.scandir(f"{self._base}/{scope}") as it:
                 return sum(1 for e in it if not e.name.startswith("."))
         except FileNotFoundError:
             return 0
@@ -170,56 +175,63 @@ class SlotLeases:
             if path is None:
                 self.release(taken)
                 return None
-            taken.append(path)
+            taken.append(Path(path))
         return taken
 
-    def _acquire_one(self, job_id: str, scope: Scope, now: float, valid: Validity) -> Path | None:
-        folder = self._dir(scope.name)
+    def _acquire_one(self, job_id: str, scope: Scope, now: float, valid: Validity) -> str | None:
+        folder = f"{self._base}/{scope.name}"
         if folder not in self._spares:  # made once: a failing mkdir per lease costs too
-            folder.mkdir(parents=True, exist_ok=True)
+            os.makedirs(folder, exist_ok=True)
             self._spares[folder] = []
-        held = self._held(folder, now)
-        for lease in held:
-            if lease.job_id == job_id:
-                return lease.path  # already ours (a start retried after a crash)
+        used, mine = self._used(folder, job_id, now)
+        if mine is not None:
+            return mine  # already ours (a start retried after a crash)
         data = json.dumps({"job": job_id, "owner": self.owner, "host": self.host}).encode()
         for attempt in range(2):
-            used = {lease.path.name for lease in held}
             for n in range(scope.limit):
-                if str(n) in used:
+                name = str(n)
+                if name in used:
                     continue
-                path = folder / str(n)
-                if self._create(path, data, job_id):
+                path = f"{folder}/{name}"
+                if self._create(path, folder, data, job_id):
                     return path
             held = self.holders(scope.name, now)  # full: every lease read, for the sweep
             if attempt == 0 and not self.sweep(scope.name, now, valid, held):
                 return None
-            held = self.holders(scope.name, now)
+            used = {lease.path.name for lease in self.holders(scope.name, now)}
         return None
 
-    def _held(self, folder: Path, now: float) -> list[Lease]:
-        """:meth:`holders` without reading the leases this watcher linked itself (it
-        knows their job; their age is not needed to find a free slot or our own)."""
+    def _used(self, folder: str, job_id: str, now: float) -> tuple[set[str], str | None]:
+        """The names taken in ``folder``, and ``job_id``'s lease there if it has one.
+
+        One listing. A lease this watcher linked for another job is taken whatever
+        became of its file since (nothing read, nothing stat'ed); one it linked for
+        ``job_id`` is checked by its inode (one stat); only the others are read
+        (:meth:`holders` without the reads this watcher can do without)."""
         try:
             names = [n for n in os.listdir(folder) if not n.startswith(".")]
         except FileNotFoundError:
-            return []
-        out: list[Lease] = []
-        for name in sorted(names):
-            path = folder / name
+            return set(), None
+        used: set[str] = set()
+        for name in names:
+            path = f"{folder}/{name}"
             ours = self._job_of.get(path)
-            lease: Lease | None = None
             if ours is not None:
-                try:  # still the file we linked (one stat), not another's after a reclaim
+                if ours[0] != job_id:
+                    used.add(name)
+                    continue
+                try:  # still the file we linked, not another's after a reclaim
                     if os.stat(path, follow_symlinks=False).st_ino == ours[1]:
-                        lease = Lease(path, ours[0], self.owner, self.host, 0.0)
+                        return used, path
                 except FileNotFoundError:
                     continue
+            lease = _read(Path(path), now)
             if lease is None:
-                lease = _read(path, now)
-            if lease is not None:
-                out.append(lease)
-        return out
+                continue
+            if lease.job_id == job_id:
+                return used, path
+            used.add(name)
+        return used, None
 
     def sweep(
         self, scope: str, now: float, valid: Validity, held: list[Lease] | None = None
@@ -230,7 +242,7 @@ class SlotLeases:
             if valid(lease):
                 continue
             if _reclaim(lease):
-                self._freed(lease.path)
+                self._freed(str(lease.path))
                 reclaimed += 1
                 log.info("reclaimed a stale lease %s (job %s)", lease.path, lease.job_id)
         return reclaimed
@@ -241,18 +253,19 @@ class SlotLeases:
                 path.unlink()
             except FileNotFoundError:
                 pass
-            self._freed(path)
+            self._freed(str(path))
 
     def release_taken(self, job_id: str, paths: Iterable[Path]) -> None:
         """Drop the leases :meth:`acquire` gave ``job_id``, by name: each is removed
         only if it still names the job (:func:`_reclaim`), no other lease is read."""
         for path in paths:
-            ours = self._job_of.get(path)
+            key = str(path)
+            ours = self._job_of.get(key)
             if ours is not None and ours[0] == job_id:
-                _reclaim_linked(path, ours[1])  # known by its inode: nothing read
+                _reclaim_linked(key, ours[1])  # known by its inode: nothing read
             else:
                 _reclaim(Lease(path, job_id, self.owner, self.host, 0.0))
-            self._freed(path)
+            self._freed(key)
 
     def release_job(self, job_id: str, scopes: Iterable[str], now: float) -> None:
         """Drop every lease ``job_id`` holds in ``scopes`` (reads at most a limit's files)."""
@@ -260,21 +273,22 @@ class SlotLeases:
             for lease in self.holders(scope, now):
                 if lease.job_id == job_id:
                     _reclaim(lease)
-                    self._freed(lease.path)
+                    self._freed(str(lease.path))
 
     def close(self) -> None:
         """Remove this watcher's spares (the leases still held stay)."""
         for spare in [*self._spare_of.values(), *(p for f in self._spares.values() for p in f)]:
-            spare.unlink(missing_ok=True)
+            _unlink(spare)
         self._spares.clear()
         self._spare_of.clear()
         self._size.clear()
         self._job_of.clear()
 
-    def _create(self, path: Path, data: bytes, job_id: str) -> bool:
+    def _create(self, path: str, folder: str, data: bytes, job_id: str) -> bool:
         """:func:`create_exclusive` through this watcher's spares: a free one is rewritten
-        and linked at ``path``; a new file only when none is free. True if we made it."""
-        free = self._spares.get(path.parent)
+        and linked at ``path`` (in ``folder``); a new file only when none is free. True
+        if we made it."""
+        free = self._spares.get(folder)
         spare = free.pop() if free else None
         flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
         if spare is not None:
@@ -286,11 +300,12 @@ class SlotLeases:
             except OSError:
                 spare = None  # gone, or something else at its name: a new one
         if spare is None:
-            spare = path.with_name(f".spare.{os.getpid()}.{secrets.token_hex(6)}")
+            spare = f"{folder}/.spare.{os.getpid()}.{secrets.token_hex(6)}"
             fd = os.open(spare, flags | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             try:
                 os.write(fd, data)
+                inode = os.fstat(fd).st_ino
             finally:
                 os.close(fd)
             try:
@@ -300,23 +315,23 @@ class SlotLeases:
                 won = os.stat(spare).st_nlink == 2  # NFS: our link landed, the reply was lost
             except OSError as exc:
                 if exc.errno in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-                    spare.unlink(missing_ok=True)
-                    return _create_excl_fallback(path, data)  # no hard links here
+                    _unlink(spare)
+                    return _create_excl_fallback(Path(path), data)  # no hard links here
                 if os.stat(spare).st_nlink != 2:
                     raise
                 won = True
         except BaseException:
-            spare.unlink(missing_ok=True)
+            _unlink(spare)
             raise
         self._size[spare] = len(data)
         if won:
             self._spare_of[path] = spare
-            self._job_of[path] = (job_id, os.stat(spare).st_ino)
+            self._job_of[path] = (job_id, inode)
         else:
-            self._spares.setdefault(path.parent, []).append(spare)
+            self._spares.setdefault(folder, []).append(spare)
         return won
 
-    def _freed(self, path: Path) -> None:
+    def _freed(self, path: str) -> None:
         """The lease at ``path`` is no longer ours: its spare is free again if no name
         but the spare's links its file (else another watcher took it over: removed)."""
         spare = self._spare_of.pop(path, None)
@@ -328,10 +343,17 @@ class SlotLeases:
         except FileNotFoundError:
             return
         if alone:
-            self._spares.setdefault(path.parent, []).append(spare)
+            self._spares.setdefault(os.path.dirname(path), []).append(spare)
         else:
-            spare.unlink(missing_ok=True)
+            _unlink(spare)
             self._size.pop(spare, None)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def _read(path: Path, now: float) -> Lease | None:
@@ -357,11 +379,12 @@ def _read(path: Path, now: float) -> Lease | None:
     )
 
 
-def _reclaim_linked(path: Path, inode: int) -> bool:
+def _reclaim_linked(path: str, inode: int) -> bool:
     """:func:`_reclaim` of a lease this watcher linked from a spare whose inode it
     knows: rename-first as there, then the file set aside is judged by its inode (one
     ``lstat``) instead of being read and parsed."""
-    aside = path.with_name(f".{path.name}.{secrets.token_hex(6)}.reclaim")
+    folder, name = os.path.split(path)
+    aside = f"{folder}/.{name}.{secrets.token_hex(6)}.reclaim"
     try:
         os.rename(path, aside)
     except FileNotFoundError:
@@ -376,7 +399,7 @@ def _reclaim_linked(path: Path, inode: int) -> bool:
             os.link(aside, path)
         except FileExistsError:
             log.warning("lease %s was retaken twice at once; one slot may be overused", path)
-    aside.unlink(missing_ok=True)
+    _unlink(aside)
     return ours
 
 
