@@ -43,8 +43,10 @@ def _start(
 
 
 def _at_gate(pid: int) -> bool:
-    """The gated job sleeps in its read of the gate pipe (everything before it is done)."""
-    return "pipe_read" in Path(f"/proc/{pid}/wchan").read_text()
+    """The gated job sleeps at its gate: a spawned one in its open of job.log (the
+    supervisor's lease), a forked one in its read of the gate pipe."""
+    wchan = Path(f"/proc/{pid}/wchan").read_text()
+    return "break_lease" in wchan or "pipe_read" in wchan
 
 
 def _finish(run_dir: Path, started: tuple[spawn.Supervisor, int]) -> dict[str, object]:

@@ -9,8 +9,9 @@ when forked, pipes when booted) for exactly one handshake:
 1. watcher -> supervisor: one JSON line, the job spec
    (proc/protocol.py's ``LaunchSpec``; one that does not match it is refused
    on stderr and the supervisor exits without a pid line).
-2. The supervisor forks the job, which waits at a gate before exec;
-   supervisor -> watcher: ``{"pid": N}``.
+2. The supervisor starts the job's process (proc/gate.py: spawned, or
+   forked), which waits at a gate before exec; supervisor -> watcher:
+   ``{"pid": N}``.
 3. The watcher records ``running`` with that pid in job.json, then sends
    ``go``. Anything else (or EOF: the watcher died) kills the unreleased
    job and records ``started: false``.
@@ -43,9 +44,10 @@ proc/proctree.py) again and again until a scan finds nothing (or
 finite (a NaN timeout) mean "none", never a spin.
 
 Its siblings are standard library only too, and imported as plain modules
-when it runs by path: protocol (the spec and exit.json), ladder (the stop
-escalation), reaper (its children, reaped and ended), proctree (/proc),
-meter (figures and limits) and rundir (its writes).
+when it runs by path: protocol (the spec and exit.json), gate (the job's
+process until its release), ladder (the stop escalation), reaper (its
+children, reaped and ended), proctree (/proc), meter (figures and limits) and
+rundir (its writes).
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING or __package__:
+    from hopper.proc import gate
+    from hopper.proc.gate import Gated
     from hopper.proc.ladder import Action, KillTree, Ladder, stop_now
     from hopper.proc.meter import Figures, Meter
     from hopper.proc.protocol import (
@@ -73,6 +77,8 @@ if TYPE_CHECKING or __package__:
     from hopper.proc.rundir import RunDir
 else:  # run by path under -I -S: hopper is not importable, the contract is a sibling
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gate
+    from gate import Gated
     from ladder import Action, KillTree, Ladder, stop_now
     from meter import Figures, Meter
     from protocol import (
@@ -144,51 +150,21 @@ class Supervisor(Reaper):
             pass  # disk full: exit.json (retried until it lands) still says which limit
 
     # -- start ------------------------------------------------------------------
-    def fork_gated(self) -> tuple[int, int]:
-        """Fork the job, held at a gate; returns (gate write end, error pipe read end)."""
-        gate_r, gate_w = os.pipe()
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    def start_gated(self) -> Gated:
+        """The job's process, held at its gate (proc/gate.py): spawned where it can
+        be, else forked. Its program is looked up first: execvpe tries an execve per
+        PATH entry (~0.1 ms each), which would come after the release."""
         log_fd = self.files.open_log(self.log)
         self.meter.watch_log(log_fd)
-        pid = os.fork()
-        if pid == 0:  # the job, until exec
-            try:
-                os.close(gate_w)
-                os.close(err_r)
-                os.setpgid(0, 0)
-                for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT, signal.SIGTERM):
-                    signal.signal(sig, signal.SIG_DFL)
-                signal.pthread_sigmask(signal.SIG_SETMASK, [])
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
-                os.dup2(log_fd, 1)
-                os.dup2(log_fd, 2)
-                # The PATH walk before the gate, off the start's critical path: execvpe
-                # tries an execve per PATH entry (~0.1 ms each) after it.
-                found = program(self.argv[0], self.env)
-                if os.read(gate_r, 1) != b"x":
-                    os._exit(125)
-                os.close(gate_r)
-                os.chdir(self.cwd)
-                if found is not None:
-                    try:
-                        os.execve(found, self.argv, self.env)  # noqa: S606 - an argv, no shell
-                    except OSError:
-                        pass  # execvpe below: the same walk, and its error if nothing runs
-                os.execvpe(self.argv[0], self.argv, self.env)  # noqa: S606 - an argv, no shell
-            except BaseException as exc:
-                try:
-                    os.write(err_w, f"{type(exc).__name__}: {exc}".encode())
-                finally:
-                    os._exit(127)
-        os.close(gate_r)
-        os.close(err_w)
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass  # the child did it first
-        self.pid = pid
-        return gate_w, err_r
+        found = program(self.argv[0], self.env)
+        job: Gated | None = None
+        if gate.spawnable(found, self.argv, self.env):
+            assert found is not None
+            job = gate.spawn(found, self.argv, self.env, self.cwd, log_fd)
+        if job is None:
+            job = gate.fork(found, self.argv, self.env, self.cwd, log_fd)
+        self.pid = job.pid
+        return job
 
     def run(self) -> None:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
@@ -345,6 +321,7 @@ def warm() -> None:
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
+        gate.load()
 
 
 def _become_subreaper() -> None:
@@ -386,7 +363,7 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
     os.chdir(run_dir)
     sup = Supervisor(run_dir, spec)
     _become_subreaper()
-    gate_w, err_r = sup.fork_gated()
+    job = sup.start_gated()
     try:
         sys.stdout.write(json.dumps({"pid": sup.pid}) + "\n")
         sys.stdout.flush()
@@ -398,19 +375,13 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
     os.dup2(null, 0)
     os.dup2(null, 1)
     if answer != "go":
-        os.close(gate_w)
-        os.kill(sup.pid, signal.SIGKILL)
-        os.waitpid(sup.pid, 0)
+        job.refuse()
         sup.status = None
         # Not an error: the job never ran, so recovery may start it again.
         sup.record(started=False)
         return 0
-    os.write(gate_w, b"x")
-    os.close(gate_w)
-    error = os.read(err_r, 4096).decode(errors="replace")
-    os.close(err_r)
+    error = job.release()
     if error:
-        os.waitpid(sup.pid, 0)
         sup.record(started=False, error=error)
         return 0
     sup.run()
