@@ -99,6 +99,13 @@ def test_the_next_jobs_supervisor_is_forked_while_the_slot_is_busy(
     run_dir = layout.run_dir(second.id)
     assert not ran.exists()  # gated: nothing of it runs before it is recorded running
     assert not (run_dir / EXIT_FILE).exists()
+    # Its job waits on a pipe, not at a spawned job's lease (which the kernel ends
+    # after lease-break-time, 45 s): a slot may free minutes from now.
+    gated = [c for p in ahead for c in psutil.Process(p).children()]
+    wait_for(
+        lambda: all("pipe_read" in Path(f"/proc/{c.pid}/wchan").read_text() for c in gated),
+        what="the job ahead waiting on its gate pipe",
+    )
     gate.touch()
     wait_for(
         lambda: _state(layout, "second") is JobState.SUCCEEDED,
@@ -107,6 +114,7 @@ def test_the_next_jobs_supervisor_is_forked_while_the_slot_is_busy(
     )
     done = _record(layout, "second")
     assert done is not None and done.supervisor_pid in ahead  # the very supervisor forked ahead
+    assert gated
     assert ran.read_text() == "x\n"
     assert json.loads((run_dir / EXIT_FILE).read_text())["started"] is True
 

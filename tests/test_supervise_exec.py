@@ -151,3 +151,30 @@ def test_a_program_that_is_not_executable_anywhere_fails_with_permission_denied(
     assert record["started"] is False
     assert isinstance(record["error"], str)
     assert record["error"].startswith("PermissionError")  # root too: exec needs an x bit
+
+
+def test_a_start_that_may_wait_long_at_its_gate_is_forked_the_others_spawned(
+    tmp_path: Path,
+) -> None:
+    """A spawned job's gate is a lease the kernel ends after lease-break-time (45 s);
+    a start ahead (``long_gate``: released when a slot frees) waits on a pipe."""
+    waits = {}
+    for long_gate in (False, True):
+        run_dir = tmp_path / f"run-{long_gate}"
+        run_dir.mkdir()
+        spec = LaunchSpec(
+            argv=["/bin/sh", "-c", "echo ran"],
+            cwd=str(run_dir),
+            env={"PATH": "/usr/bin:/bin"},
+            log=str(run_dir / "job.log"),
+            long_gate=long_gate,
+        )
+        proc = spawn.launch(run_dir, spec)
+        pid = spawn.read_pid(proc)
+        wait_for(lambda pid=pid: _at_gate(pid), what="the job at its gate")
+        waits[long_gate] = Path(f"/proc/{pid}/wchan").read_text()
+        record = _finish(run_dir, (proc, pid))
+        assert (record["started"], record["exit_code"]) == (True, 0)
+        assert (run_dir / "job.log").read_text() == "ran\n"
+    assert "break_lease" in waits[False]
+    assert "pipe_read" in waits[True]

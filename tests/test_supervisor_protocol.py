@@ -92,6 +92,7 @@ def test_a_launch_spec_round_trips(tmp_path: Path) -> None:
         sample_interval=0.5,
         idle_timeout=3.0,
         run_dir=str(tmp_path),
+        long_gate=True,
     )
     assert LaunchSpec.from_json(spec.to_json()) == spec
     # The defaults live in one place: a minimal spec gets them.
@@ -108,6 +109,7 @@ def test_a_launch_spec_round_trips(tmp_path: Path) -> None:
         ({"memory_max": True}, "'memory_max' must be a whole number of bytes or null"),
         ({"stop_signals": ["TERM"]}, "'stop_signals' must be a list of signal numbers"),
         ({"greace": 1.0}, "unknown key(s) 'greace'"),
+        ({"long_gate": 1}, "'long_gate' must be true or false, got 1"),
     ],
 )
 def test_a_bad_launch_spec_is_refused_naming_the_field(

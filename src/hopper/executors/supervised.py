@@ -193,6 +193,7 @@ class Supervised:
             output_max=record.output_max_bytes,
             sample_interval=config.sample_interval,
             idle_timeout=prep.idle_timeout,
+            long_gate=launch.ahead,  # released when a slot frees: maybe minutes from now
         )
         # SpawnFailed is the shell's to judge (pending_starts.py: tried again or failed)
         pending = spawn.begin(run_dir, spec, self.pool)

@@ -86,6 +86,7 @@ _SPEC_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "sample_interval": (_is_number, "a number of seconds"),
     "idle_timeout": (_optional(_is_number), "a number of seconds or null"),
     "run_dir": (_optional(_is_str), "a string or null"),
+    "long_gate": (lambda v: isinstance(v, bool), "true or false"),
 }
 
 _EXIT_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
@@ -148,6 +149,10 @@ class LaunchSpec:
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL  # seconds between measurements of the tree
     idle_timeout: float | None = None  # job.log not growing this long ends the tree (bash)
     run_dir: str | None = None  # set by spawn.launch: a pooled supervisor learns it here
+    # The job may wait at its gate for long (a start ahead, released when a slot
+    # frees): forked, since a spawned job's gate gives way after the kernel's
+    # lease-break-time (proc/gate.py).
+    long_gate: bool = False
 
     def __post_init__(self) -> None:
         _validated("launch spec", _fields(self), _SPEC_CHECKS)

@@ -120,6 +120,7 @@ class Supervisor(Reaper):
         self.cwd = spec.cwd
         self.env = dict(spec.env)
         self.log = spec.log
+        self.long_gate = spec.long_gate
         self.stop_signals = list(spec.stop_signals)
         grace = finite(spec.grace)
         self.grace = DEFAULT_GRACE if grace is None else grace
@@ -158,7 +159,7 @@ class Supervisor(Reaper):
         self.meter.watch_log(log_fd)
         found = program(self.argv[0], self.env)
         job: Gated | None = None
-        if gate.spawnable(found, self.argv, self.env):
+        if not self.long_gate and gate.spawnable(found, self.argv, self.env):
             assert found is not None
             job = gate.spawn(found, self.argv, self.env, self.cwd, log_fd)
         if job is None:
