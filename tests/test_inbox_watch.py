@@ -23,6 +23,9 @@ from watchdog.observers.inotify_c import InotifyConstants
 
 from hopper.store.inbox import MAX_DEPTH
 from hopper.store.inbox_watch import Hints, InboxWatch
+from hopper.store.jobfile import iter_run_dirs, read_record
+from hopper.store.layout import Layout
+from inprocess import in_process, submit, watch_inbox
 
 TEXT = '+++\nagent = "bash"\n+++\ntrue\n'
 
@@ -221,3 +224,35 @@ print(InboxWatch(Path({str(tmp_path)!r})).start())
     )
     assert out.stdout.strip() == "False"
     assert "cannot watch with inotify (Too many open files)" in out.stderr
+
+
+# -- the loop: its own claims wake no turn; a hint read before the sleep is no sleep --------
+
+
+def test_the_loop_reads_its_claims_events_before_sleeping_and_never_sleeps_on_a_hint(
+    layout: Layout,
+) -> None:
+    watcher, _fake, clock = in_process(layout, max_parallel=1)
+    watch = watch_inbox(watcher)
+    watcher.turn()  # the start-up scan: an empty inbox
+    submit(layout, clock, "a", TEXT)
+    assert readable(watch)
+    watcher.turn()  # claimed: renamed out of the inbox, an IN_MOVED_FROM left behind
+    assert readable(watch), "the claim's own event is queued"
+    watcher.events.pull()  # what the loop does before it sleeps
+    assert not readable(watch) and not watcher.events.fresh
+    assert watcher._sleep_for() > 0, "no hint: the loop sleeps, woken by no event of its own"
+    submit(layout, clock, "b", TEXT)  # renamed in between the turn and the sleep
+    watcher.events.pull()
+    assert not readable(watch), "the select will not wake for it: the hint is read already"
+    assert watcher._sleep_for() == 0.0, "so the loop does not sleep"
+    watcher.flags.stop = True  # stopping or degraded claims nothing: hints must not spin
+    assert watcher._sleep_for() > 0
+    watcher.flags.stop = False
+    watcher.degraded = "the root takes no writes"
+    assert watcher._sleep_for() > 0
+    watcher.degraded = None
+    watcher.turn()
+    assert not watcher.events.fresh
+    names = {read_record(d).name for d in iter_run_dirs(layout.runs)}
+    assert names == {"a", "b"}

@@ -182,6 +182,9 @@ class Watcher:
                     break
                 if until_idle and self.idle():
                     break
+                # The turn's own claims (renames out of the inbox) left events: read them
+                # now, so they wake no turn; a hint among them means no sleep at all.
+                self._guarded("inbox", self.events.pull)
                 inbox = [watch] if watch.live else []  # a prompt renamed in wakes the loop
                 self.waker.wait(self._sleep_for(), [*self.runner.waiting_on(), *inbox])
         finally:
@@ -412,8 +415,8 @@ class Watcher:
         if self.degraded is not None:  # no rescans: probe the root again soon
             polling = self.config.poll_interval if self.runner.running_count() else 1e9
             return min(DEGRADED_RETRY, polling)
-        if self.claims.backlog:
-            return 0.0  # more prompts to claim: the next turn at once
+        if self.claims.backlog or (self.events.fresh and not self.flags.stop):
+            return 0.0  # more prompts to claim, or hints to look at: the next turn at once
         until_rescan = max(0.0, self.claims.next_rescan - self.clock.monotonic())
         if self.runner.busy or self.queued or self.claims.waiting or self.flags.stop:
             return min(self.config.poll_interval, until_rescan)

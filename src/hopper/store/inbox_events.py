@@ -27,6 +27,11 @@ class InboxEvents:
         self._rescan = False
         self.watch: InboxWatch | None = None  # the inbox's inotify watch, while the loop runs
 
+    @property
+    def fresh(self) -> bool:
+        """Hints not drained yet."""
+        return bool(self._complete or self._pending or self._rescan)
+
     def pull(self) -> None:
         """Read the watch's queued events (without blocking) into the hints."""
         if self.watch is not None and self.watch.live:
