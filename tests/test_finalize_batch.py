@@ -107,3 +107,35 @@ def test_file_terminal_raises_what_stopped_it_and_refuses_an_illegal_ending(
     other_dir.rmdir()
     with pytest.raises(FileNotFoundError):
         file_terminal(layout, other_dir, other, Reason.LOST, "gone", NOW)
+
+
+def test_a_prompt_is_filed_into_existing_folders_without_making_them_again(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """processed/<sub>/ is made by the first job filed there; the next ones open it
+    (no mkdir per job), and a link planted in its place is still refused."""
+    made: list[str] = []
+    real_mkdir = os.mkdir
+
+    def mkdir(path: str, *args: object, **kw: object) -> None:
+        made.append(os.fsdecode(path))
+        real_mkdir(path, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    first, second = running_job(layout, 1), running_job(layout, 2)
+    made.clear()
+    filed = file_terminal(layout, *first, Reason.LOST, "gone", NOW)
+    assert made == ["team"]  # processed/ is there (layout.ensure); team/ was not
+    assert filed.processed_path == f"processed/team/job1.{filed.id}.prompt.md"
+    filed = file_terminal(layout, *second, Reason.LOST, "gone", NOW)
+    assert made == ["team"]
+    assert (layout.root / str(filed.processed_path)).is_file()
+    monkeypatch.undo()
+    third = running_job(layout, 3)
+    target = layout.root / "elsewhere"
+    target.mkdir()
+    (layout.processed / "team").rename(layout.root / "team-moved")
+    (layout.processed / "team").symlink_to(target)
+    filed = file_terminal(layout, *third, Reason.LOST, "gone", NOW)
+    assert os.listdir(target) == []
+    assert filed.processed_path == f"processed/job3.{filed.id}.prompt.md"

@@ -223,24 +223,42 @@ def _open_parent(layout: Layout, rel: str) -> int | None:
             os.close(fd)
             return None
         try:
-            os.mkdir(part, 0o755, dir_fd=fd)
-        except FileExistsError:
-            pass
+            child = _open_folder(part, fd)  # there already, as a rule: no mkdir per job
+        except FileNotFoundError:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass  # made meanwhile
+            except OSError:
+                os.close(fd)
+                raise
+            try:
+                child = _open_folder(part, fd)
+            except OSError:
+                os.close(fd)
+                raise
         except OSError:
             os.close(fd)
             raise
-        try:
-            child = os.open(
-                part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
-            )
-        except OSError as exc:
+        if child is None:
             os.close(fd)
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                return None  # a link or a file where a folder belongs
-            raise
+            return None  # a link or a file where a folder belongs
         os.close(fd)
         fd = child
     return fd
+
+
+def _open_folder(name: str, dir_fd: int) -> int | None:
+    """``name`` under ``dir_fd`` opened as a folder, never through a link; None if a
+    link or a file sits there. Raises FileNotFoundError when there is nothing."""
+    try:
+        return os.open(
+            name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            return None
+        raise
 
 
 def _occupied(name: str, dir_fd: int) -> bool:
