@@ -18,6 +18,8 @@ from hopper.store.layout import Layout
 from modelserver import ModelServer
 from waiting import poll_until
 
+pytest_plugins = ["sessionjobs"]  # the interactive-job tests' fixtures (hosts, work)
+
 FAST_CONFIG = """\
 default_agent = "bash"
 settle = "0.3s"

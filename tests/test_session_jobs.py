@@ -2,7 +2,7 @@
 
 The agent is the fake CLI of tests/sessionfake.py (HOPPER_SESSION_HOST_ARGV points
 the session executor at a host with it); the real Claude CLIs are in
-tests/agents/test_interactive_e2e.py.
+tests/agents/test_interactive_jobs.py (the shared set-up: tests/sessionjobs.py).
 """
 
 from __future__ import annotations
@@ -11,19 +11,18 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import FAST_CONFIG, Watchers, drop
-from hopper.core.record import JobRecord
 from hopper.sessionhost import contract as c
 from hopper.sessionhost.client import request
 from hopper.store.jobfile import read_events, read_record
 from hopper.store.layout import Layout
 from sessionfake import HERE
 from sessionhosts import cast_of
+from sessionjobs import ended, running
 from waiting import poll_until
 
 WAIT = 60.0
@@ -38,51 +37,9 @@ def config_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def hosts(layout: Layout) -> Iterator[None]:
-    """Every session host under the root is ended after the test (SIGKILL to its group)."""
-    yield
-    for state_file in [*layout.root.glob("sessions/*/session.json"),
-                       *layout.root.glob("runs/*/session/session.json")]:  # fmt: skip
-        state = c.read_session(state_file.parent)
-        if state is not None:
-            try:
-                os.killpg(state.host_pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
 def message(text: str, **keys: str) -> str:
     front = "".join(f'{k} = "{v}"\n' for k, v in {"mode": "interactive", **keys}.items())
     return f'+++\nagent = "claude"\n{front}+++\n{text}\n'
-
-
-def ended(layout: Layout, name: str) -> JobRecord:
-    def done() -> JobRecord | None:
-        for run in layout.runs.iterdir():
-            try:
-                rec = read_record(run)
-            except Exception:
-                continue
-            if rec.name == name and rec.state in ("succeeded", "failed", "aborted"):
-                return rec
-        return None
-
-    return poll_until(done, WAIT, f"job {name} ended")
-
-
-def running(layout: Layout, name: str) -> JobRecord:
-    def found() -> JobRecord | None:
-        for run in layout.runs.iterdir():
-            try:
-                rec = read_record(run)
-            except Exception:
-                continue
-            if rec.name == name and rec.state == "running":
-                return rec
-        return None
-
-    return poll_until(found, WAIT, f"job {name} running")
 
 
 def test_three_messages_to_one_session_run_in_order_in_one_agent(

@@ -4,66 +4,23 @@ a session host, the scripted model server (issue 28's "Done when")."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import shutil
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from agentjobs import CLAUDES, agent_config, prompt, versioned
 
 from conftest import Watchers, drop
-from hopper.core.record import JobRecord
 from hopper.sessionhost import contract as c
-from hopper.store.jobfile import read_events, read_record
+from hopper.store.jobfile import read_events
 from hopper.store.layout import Layout
 from modelserver import ModelServer, text, tool
+from sessionjobs import WAIT, ended, find
 from test_watch_tmux import Tmux
 from waiting import poll_until
-
-WAIT = 120.0
-
-
-@pytest.fixture
-def work(tmp_path: Path) -> Path:
-    d = tmp_path / "work"
-    d.mkdir()
-    return d
-
-
-@pytest.fixture
-def hosts(layout: Layout) -> Iterator[None]:
-    """Every session host under the root is ended after the test (SIGKILL to its group)."""
-    yield
-    for state_file in [*layout.root.glob("sessions/*/session.json"),
-                       *layout.root.glob("runs/*/session/session.json")]:  # fmt: skip
-        state = c.read_session(state_file.parent)
-        if state is not None:
-            try:
-                os.killpg(state.host_pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
-def find(layout: Layout, name: str, states: tuple[str, ...]) -> JobRecord:
-    def look() -> JobRecord | None:
-        for run in layout.runs.iterdir():
-            try:
-                rec = read_record(run)
-            except Exception:
-                continue
-            if rec.name == name and rec.state in states:
-                return rec
-        return None
-
-    return poll_until(look, WAIT, f"job {name} {states}")
-
-
-def ended(layout: Layout, name: str) -> JobRecord:
-    return find(layout, name, ("succeeded", "failed", "aborted"))
 
 
 def setup(

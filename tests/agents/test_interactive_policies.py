@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from agentjobs import CLAUDES, Hopper, prompt
-from test_interactive_jobs import ended, find, hosts, setup  # noqa: F401 (hosts: a fixture)
+from test_interactive_jobs import setup
 
 from conftest import Watchers, drop
 from hopper.proc import identity
@@ -21,21 +21,15 @@ from hopper.sessionhost import contract as c
 from hopper.store.jobfile import read_events
 from hopper.store.layout import Layout
 from modelserver import ModelServer, error, last_user_text, text
+from sessionjobs import ended, find
 from waiting import poll_until
 
 
-def workdir(tmp_path: Path) -> Path:
-    (tmp_path / "work").mkdir()
-    return tmp_path / "work"
-
-
-@pytest.mark.usefixtures("hosts")
 @pytest.mark.parametrize("agent_at", CLAUDES)
 def test_retry_types_the_message_again_into_the_live_session(
     agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
-    srv: ModelServer,
+    srv: ModelServer, work: Path, hosts: None,
 ) -> None:  # fmt: skip
-    work = workdir(tmp_path)
     agent = setup(agent_at, config_file, tmp_path, srv)  # api_retries 2, retry_backoff 0.1s
     srv.script([error(429), text("Recovered.")])
     drop(layout, "e", prompt(agent, "Hi", session="chat", workdir=str(work)))
@@ -55,13 +49,11 @@ def test_retry_types_the_message_again_into_the_live_session(
     assert after.state == "succeeded" and after.pid == rec.pid, after.detail
 
 
-@pytest.mark.usefixtures("hosts")
 @pytest.mark.parametrize("agent_at", CLAUDES[:1])
 def test_fail_fails_the_message_agent_error_and_the_session_lives_on(
     agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
-    srv: ModelServer,
+    srv: ModelServer, work: Path, hosts: None,
 ) -> None:  # fmt: skip
-    work = workdir(tmp_path)
     agent = setup(agent_at, config_file, tmp_path, srv)
     srv.script([error(429), text("after")])
     drop(layout, "e", prompt(agent, "Hi", session="chat", workdir=str(work), on_error="fail"))
@@ -76,13 +68,11 @@ def test_fail_fails_the_message_agent_error_and_the_session_lives_on(
     assert after.state == "succeeded" and after.pid == rec.pid, after.detail
 
 
-@pytest.mark.usefixtures("hosts")
 @pytest.mark.parametrize("agent_at", CLAUDES[:1])
 def test_pause_holds_the_sessions_next_message_until_the_marker_goes(
     agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
-    srv: ModelServer, hopper: Hopper,
+    srv: ModelServer, work: Path, hosts: None, hopper: Hopper,
 ) -> None:  # fmt: skip
-    work = workdir(tmp_path)
     agent = setup(agent_at, config_file, tmp_path, srv)
     srv.script([error(401), text("Second answer.")])
     first_text = prompt(agent, "First", session="chat", workdir=str(work), on_error="pause")
@@ -104,16 +94,14 @@ def test_pause_holds_the_sessions_next_message_until_the_marker_goes(
     assert (layout.run_dir(second.id) / "result.md").read_text() == "Second answer.\n"
 
 
-@pytest.mark.usefixtures("hosts")
 @pytest.mark.parametrize("agent_at", CLAUDES[:1])
 def test_on_idle_nudge_types_the_nudge_while_a_stalled_reply_spins(
     agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
-    srv: ModelServer,
+    srv: ModelServer, work: Path, hosts: None,
 ) -> None:  # fmt: skip
     """The reply starts and then nothing comes for 12 s; Claude's spinner redraws the
     screen all along, yet its session log does not grow: the turn is idle at 5 s, nudged,
     and goes on to its answer."""
-    work = workdir(tmp_path)
     agent = setup(agent_at, config_file, tmp_path, srv)
     srv.script([text("Done at last.", stall=12.0, chunks=1), text("Carrying on.")])
     stuck = prompt(
@@ -142,13 +130,11 @@ def test_on_idle_nudge_types_the_nudge_while_a_stalled_reply_spins(
     )
 
 
-@pytest.mark.usefixtures("hosts")
 @pytest.mark.parametrize("agent_at", CLAUDES[:1])
 def test_on_dead_resume_records_the_new_claude_process(
     agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
-    srv: ModelServer,
+    srv: ModelServer, work: Path, hosts: None,
 ) -> None:  # fmt: skip
-    work = workdir(tmp_path)
     agent = setup(agent_at, config_file, tmp_path, srv)
     script = [text("First."), text("slow " * 100, delay=0.3, chunks=100), text("Resumed answer.")]
     srv.script(script)

@@ -22,6 +22,7 @@ from hopper.agents.streamtext import (
     tool_input,
 )
 from hopper.core.agent_outcome import error_kind
+from hopper.core.prices import ANTHROPIC_USAGE_KEYS
 
 if TYPE_CHECKING:
     from hopper.agents.stream import StreamState
@@ -94,12 +95,7 @@ def read_stream(state: StreamState, obj: dict[str, Any]) -> list[str]:
 def usage_figures(usage: object) -> dict[str, Any]:
     """An Anthropic ``usage`` object in hopper's names."""
     usage = usage if isinstance(usage, dict) else {}
-    return {
-        "input_tokens": usage.get("input_tokens"),
-        "output_tokens": usage.get("output_tokens"),
-        "cache_read_tokens": usage.get("cache_read_input_tokens"),
-        "cache_write_tokens": usage.get("cache_creation_input_tokens"),
-    }
+    return {name: usage.get(key) for key, name in ANTHROPIC_USAGE_KEYS.items()}
 
 
 def _partial(state: StreamState, event: dict[str, Any]) -> list[str]:

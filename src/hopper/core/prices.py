@@ -24,6 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 TOKEN_KEYS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+# The Anthropic API's names for them (Claude's stream-json and its session log).
+ANTHROPIC_USAGE_KEYS = {
+    "input_tokens": "input_tokens",
+    "output_tokens": "output_tokens",
+    "cache_read_input_tokens": "cache_read_tokens",
+    "cache_creation_input_tokens": "cache_write_tokens",
+}
 MTOK = 1_000_000.0
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from hopper.core.agent_outcome import error_kind
+from hopper.core.prices import ANTHROPIC_USAGE_KEYS
 
 # -- which jobs may start ---------------------------------------------------------------
 
@@ -236,11 +237,12 @@ def tally_usage(tally: UsageTally, entries: Iterable[Mapping[str, Any]]) -> Usag
         last_id = mid if isinstance(mid, str) else None
         figures = message.get("usage")
         if isinstance(figures, Mapping):
+            counts = {name: _count(figures, key) for key, name in ANTHROPIC_USAGE_KEYS.items()}
             usage = Usage(
-                usage.input_tokens + _count(figures, "input_tokens"),
-                usage.output_tokens + _count(figures, "output_tokens"),
-                usage.cache_read_tokens + _count(figures, "cache_read_input_tokens"),
-                usage.cache_write_tokens + _count(figures, "cache_creation_input_tokens"),
+                usage.input_tokens + counts["input_tokens"],
+                usage.output_tokens + counts["output_tokens"],
+                usage.cache_read_tokens + counts["cache_read_tokens"],
+                usage.cache_write_tokens + counts["cache_write_tokens"],
                 usage.cost_usd,
             )
     return UsageTally(usage, last_id)

@@ -47,7 +47,7 @@ from hopper.proc import identity
 from hopper.running import Running, adopt
 from hopper.sessionhost import contract
 from hopper.sessionhost.contract import TurnEnd, TurnRequest
-from hopper.sessionhost.host import HostSpec
+from hopper.sessionhost.spec import HostSpec
 from hopper.store import ledger
 from hopper.store.atomic import write_atomic
 from hopper.store.sessions import job_session_dir, sessions_root

@@ -35,8 +35,8 @@ from hopper.running import Running
 from hopper.sessionhost import contract
 from hopper.sessionhost.client import HostUnreachable, request
 from hopper.sessionhost.contract import SessionState, TurnRequest
-from hopper.sessionhost.host import HostSpec
 from hopper.sessionhost.launch import LaunchFailed, launch
+from hopper.sessionhost.spec import HostSpec
 from hopper.store.atomic import write_atomic
 from hopper.store.sessions import host_alive
 

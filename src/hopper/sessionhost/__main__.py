@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from hopper.sessionhost.agentapi import InteractiveAgent
-from hopper.sessionhost.host import HostSpec
 from hopper.sessionhost.launch import detach
+from hopper.sessionhost.spec import HostSpec
 
 
 def agent_for(spec: HostSpec) -> InteractiveAgent:

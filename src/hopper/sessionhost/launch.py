@@ -20,7 +20,8 @@ from pathlib import Path
 
 from hopper.sessionhost.agentapi import InteractiveAgent
 from hopper.sessionhost.contract import HOST_LOG, REQUESTS_DIR
-from hopper.sessionhost.host import HostSpec, serve
+from hopper.sessionhost.host import serve
+from hopper.sessionhost.spec import HostSpec
 
 HOST_ARGV = (sys.executable, "-I", "-m", "hopper.sessionhost")
 LAUNCH_TIMEOUT = 15.0

@@ -14,13 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hopper.core.prices import ANTHROPIC_USAGE_KEYS
+
 TEXT_LIMIT = 2000  # characters of one tool input or result in job.log
-USAGE_KEYS = {
-    "input_tokens": "input_tokens",
-    "output_tokens": "output_tokens",
-    "cache_read_input_tokens": "cache_read_tokens",
-    "cache_creation_input_tokens": "cache_write_tokens",
-}
 
 
 def _short(value: object) -> str:
@@ -89,7 +85,7 @@ class LogState:
                 old = self.by_message.get(key_of, {})
                 new = {
                     name: value
-                    for key, name in USAGE_KEYS.items()
+                    for key, name in ANTHROPIC_USAGE_KEYS.items()
                     if isinstance(value := raw.get(key), int) and not isinstance(value, bool)
                 }
                 self.by_message[key_of] = new
