@@ -145,6 +145,7 @@ def test_on_dead_resume_restarts_the_agent_and_types_the_message_again(
     end = c.read_turn_end(run)
     assert end is not None and end.agent_pid is not None and end.agent_pid != first.pid
     assert done.pid == end.agent_pid  # job.json names the new agent process
+    assert json.loads((run / "agent.json").read_text())["agent_pid"] == end.agent_pid
     state = c.read_session(layout.root / "sessions" / "chat")
     assert state is not None and state.agent_pid == end.agent_pid
     respawns = [e for e in read_events(run) if e["event"] == "respawned"]

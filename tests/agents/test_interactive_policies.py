@@ -7,6 +7,7 @@ the records name it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -155,5 +156,6 @@ def test_on_dead_resume_records_the_new_claude_process(
     state = c.read_session(layout.root / "sessions" / "chat")
     assert end is not None and state is not None
     assert done.pid != rec.pid and done.pid == end.agent_pid == state.agent_pid
+    assert json.loads((run / "agent.json").read_text())["agent_pid"] == done.pid
     assert identity.is_alive(done.pid, done.pid_start_time)  # the live claude
     assert [e["event"] for e in read_events(run)].count("respawned") == 1

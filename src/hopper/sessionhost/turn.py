@@ -194,6 +194,7 @@ class Turn:
             "detail": detail,
             "error_kind": error if failed else None,
             "session_id": session_id,
+            "agent_pid": agent_pid,  # the process that ended the turn (a resume's new one)
             "turns": self.number,
             "usage": {k: v for k, v in usage.items() if v is not None and v >= 0},
             "agent_state": ("api_error" if failed else "waiting_for_input") if done else "idle",
