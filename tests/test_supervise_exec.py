@@ -74,6 +74,8 @@ def test_names_with_a_slash_run_as_given_and_nothing_found_is_left_to_execvpe(
     assert program("/bin/sh", {}) == "/bin/sh"
     assert program("", {"PATH": "/usr/bin"}) is None
     assert program("no-such-program-for-hopper", {"PATH": str(tmp_path)}) is None
+    # No PATH at all: execvpe's default, os.defpath (/bin:/usr/bin).
+    assert program("sh", {}) == os.path.join(os.defpath.split(os.pathsep)[0], "sh")
 
 
 def test_a_relative_path_entry_before_the_program_leaves_the_walk_to_execvpe(

@@ -47,6 +47,7 @@ anything.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal.py's wrappers convert to enums
 import gc
 import json
 import os
@@ -199,7 +200,7 @@ class Server:
     def _leave_server(self) -> None:
         """In a forked child: drop the server's descriptors and handlers, own session."""
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
         os.close(self.wake_r)
         os.close(self.wake_w)
         self.ctrl.close()

@@ -36,6 +36,7 @@ Standard library only, like the supervisor that loads it by path.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal.py's wrappers convert to enums
 import _thread
 import ctypes
 import errno
@@ -283,7 +284,7 @@ def spawn(path: str, argv: list[str], env: dict[str, str], cwd: str, log_fd: int
     cargv = (ctypes.c_char_p * (len(argv) + 1))(*[os.fsencode(a) for a in argv], None)
     entries = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
     cenv = (ctypes.c_char_p * (len(entries) + 1))(*entries, None)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGURG})  # find() waits for it
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, {signal.SIGURG})  # find() waits for it
     try:
         _thread.start_new_thread(job.run, (actions, attr, cargv, cenv))
     except RuntimeError:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 LIMITS = ("memory", "output", "idle")  # ExitRecord.limit: what made the supervisor end the tree
@@ -207,10 +207,10 @@ class ExitRecord:
     error: str | None = None
 
     def __post_init__(self) -> None:
-        _validated("exit record", asdict(self), _EXIT_CHECKS)
+        _validated("exit record", _fields(self), _EXIT_CHECKS)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        return json.dumps(_fields(self))
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ExitRecord:

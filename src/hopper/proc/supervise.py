@@ -52,6 +52,7 @@ rundir (its writes).
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal.py's wrappers convert to enums
 import ctypes
 import json
 import os
@@ -300,13 +301,25 @@ def program(name: str, env: dict[str, str]) -> str | None:
         return None
     if "/" in name:
         return name
-    for folder in os.get_exec_path(env):
+    # os.get_exec_path(env), without its warnings.catch_warnings (a str-keyed env).
+    for folder in env.get("PATH", os.defpath).split(os.pathsep):
         if not os.path.isabs(folder):
             return None
         path = os.path.join(folder, name)
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
     return None
+
+
+def _answer() -> str:
+    """The watcher's one-line answer on stdin ("go" releases the job); "" at EOF."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(0, 64)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace").strip()
 
 
 def _earliest(*deadlines: float | None) -> float | None:
@@ -334,7 +347,7 @@ def _become_subreaper() -> None:
 
 def main(argv: list[str]) -> int:
     """Booted as ``supervise.py RUN_DIR``: the spec is the first line of stdin."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED)
     line = sys.stdin.readline()
     if not line:
         return 0  # the watcher went away before sending a spec
@@ -351,7 +364,7 @@ def parse(line: str | bytes) -> LaunchSpec | ProtocolError:
 
 def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) -> int:
     """Supervise the job of ``spec``; stdin/stdout carry the rest of the handshake."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, WATCHED)
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED)
     if isinstance(spec, ProtocolError):
         sys.stderr.write(f"hopper supervisor: {spec}\n")
         return 2  # the watcher sees the handshake broken (no pid line)
@@ -366,9 +379,8 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
     _become_subreaper()
     job = sup.start_gated()
     try:
-        sys.stdout.write(json.dumps({"pid": sup.pid}) + "\n")
-        sys.stdout.flush()
-        answer = sys.stdin.readline().strip()
+        os.write(1, b'{"pid": %d}\n' % sup.pid)
+        answer = _answer()
     except OSError:  # the watcher went away mid-handshake (reset, broken pipe): a no
         answer = ""
     # Detach from the watcher: nothing below may depend on it being alive.
