@@ -23,7 +23,7 @@ from conftest import FAST_CONFIG
 from hopper.store.layout import Layout
 
 JOBS = 24
-BUDGET = 7  # new files or directories per job, in its run directory
+BUDGET = 6  # new files or directories per job, in its run directory
 SLOTS, SCOPES = 2, 2  # max_parallel; a bash job's lease scopes (all, agent-bash)
 FIXED = 12  # made once per watcher whatever the number of jobs (.hopper/, heartbeats …)
 DRIVE = Path(__file__).with_name("inode_drive.py")

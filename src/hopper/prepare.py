@@ -3,6 +3,10 @@
 What every executor needs before it launches anything, and nothing about how
 it launches: the folder or worktree (``workspace.py``), the working
 directory, the agent adapter's argv and files, and the job's environment.
+The agent's files (a bash job's script.sh) are made from admission.json, and
+are not written here: the executor puts them in the run directory when it
+launches (a supervised job writes them itself, after its gate, before exec:
+no inode of the watcher's per job; executors/supervised.py).
 Raises :class:`WorkspaceFailed`, :class:`BadPrompt` or :class:`AdmissionLost`;
 the caller files the job as failed with that reason (``lost`` for the last).
 """
@@ -25,7 +29,6 @@ from hopper.core.record import JobRecord
 from hopper.core.templates import template_values
 from hopper.proc import treekill
 from hopper.store.admission import ADMISSION_FILE, AdmissionUnusable, read_admission
-from hopper.store.atomic import write_atomic
 from hopper.store.layout import Layout
 
 WORK_DIR = "work"  # the default working directory, inside the run directory
@@ -50,7 +53,7 @@ class Prepared:
 
 
 def scratch_dir(run_dir: Path) -> Path:
-    """``runs/<id>/work/``: a job's working directory unless it names one.
+    """``runs/<id>/work/``, made: a job's working directory unless it names one.
 
     Not the run directory itself, where hopper's records live: a job that
     tidies its working directory (``rm -f *.md``) cannot remove prompt.md.
@@ -78,14 +81,15 @@ def with_workspace(layout: Layout, record: JobRecord) -> JobRecord:
 
 
 def workdir_of(record: JobRecord, run_dir: Path) -> Path:
-    """The job's working directory: its workspace, its ``workdir``, or ``runs/<id>/work/``.
+    """The job's working directory: its workspace, its ``workdir``, or ``runs/<id>/work/``
+    (not made here: only a job that runs there gets one, :func:`prepare`).
 
     Raises :class:`BadPrompt` for a relative or missing ``workdir``.
     """
     if record.workspace_path:
         return Path(record.workspace_path)
     if not record.workdir:
-        return scratch_dir(run_dir)
+        return run_dir / WORK_DIR
     raw = record.workdir
     if not (raw.startswith("/") or raw.startswith("~")):
         raise BadPrompt(
@@ -176,7 +180,8 @@ def prepare(
     record: JobRecord,
     run_dir: Path,
 ) -> Prepared:
-    """The agent's preparation (its files written), the working directory, the environment.
+    """The agent's preparation (its files not yet written), the working directory
+    (``runs/<id>/work/`` made only if the job runs there), the environment.
 
     ``record`` already carries its workspace (:func:`with_workspace`); the
     prompt is the one admitted at claim (:func:`admitted_prompt`). Raises
@@ -196,8 +201,9 @@ def prepare(
     }
     job = JobContext(record.id, record.name, run_dir, workdir, spec, values, budget)
     prep = agent.prepare(job)
-    for name, content in prep.files.items():
-        write_atomic(run_dir / name, content.encode(), durable=False)
+    cwd = prep.workdir or workdir
+    if cwd == run_dir / WORK_DIR:  # not for a session job, which runs in its session's
+        scratch_dir(run_dir)
     env = job_environment(layout, config, record, run_dir, prep, spec.options.env, os.environ)
     own = job_environment(layout, config, record, run_dir, prep, spec.options.env, {})
-    return Prepared(prep, prep.workdir or workdir, env, own)
+    return Prepared(prep, cwd, env, own)

@@ -49,7 +49,7 @@ from hopper.sessionhost import contract
 from hopper.sessionhost.contract import TurnEnd, TurnRequest
 from hopper.sessionhost.spec import HostSpec
 from hopper.store import ledger
-from hopper.store.atomic import write_atomic
+from hopper.store.atomic import write_atomic, write_files
 from hopper.store.sessions import job_session_dir, sessions_root
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ class SessionExecutor:
         except (KeyError, ValueError) as exc:
             why = f"agent {record.agent!r} has no interactive mode here ({exc})"
             return Ended(record, run_dir, How.REJECTED, Reason.BAD_PROMPT, why)
+        write_files(run_dir, launch.prep.files)  # as a supervised job's, for who reads them
         config = self.ctx.config
         table = config.agents.get(record.agent) or AgentConfig()
         folder = self.folder(record)

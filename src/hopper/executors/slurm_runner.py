@@ -51,6 +51,7 @@ from hopper.executors.slurm_start import SlurmStart, submit_work
 from hopper.executors.slurm_view import StateView, read_exit_file
 from hopper.running import Running, adopt
 from hopper.store import ledger
+from hopper.store.atomic import write_files
 from hopper.store.jobfile import LOG_FILE
 
 log = logging.getLogger(__name__)
@@ -118,6 +119,7 @@ class SlurmExecutor:
         if launch.ahead:
             return Deferred(record)  # a submission is real work: made with a slot only
         try:
+            write_files(run_dir, prep.files)
             wrapper = write_job_wrapper(run_dir, prep.argv, workdir)
             argv = sbatch_argv(
                 record.id,

@@ -194,6 +194,7 @@ class Supervised:
             sample_interval=config.sample_interval,
             idle_timeout=prep.idle_timeout,
             long_gate=launch.ahead,  # released when a slot frees: maybe minutes from now
+            files=dict(prep.files),  # written by the supervisor at the release (prepare.py)
         )
         # SpawnFailed is the shell's to judge (pending_starts.py: tried again or failed)
         pending = spawn.begin(run_dir, spec, self.pool)

@@ -62,6 +62,15 @@ def _is_str_dict(v: object) -> bool:
     )
 
 
+def _is_file_map(v: object) -> bool:
+    """File names in one directory (no slash, no NUL, not . or ..) to their text."""
+    return (
+        isinstance(v, dict)
+        and _is_str_dict(v)
+        and all(k not in ("", ".", "..") and "/" not in k and "\0" not in k for k in v)
+    )
+
+
 def _is_resources(v: object) -> bool:
     return isinstance(v, dict) and all(
         k in RESOURCE_KEYS and (x is None or _is_number(x)) for k, x in v.items()
@@ -87,6 +96,7 @@ _SPEC_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "idle_timeout": (_optional(_is_number), "a number of seconds or null"),
     "run_dir": (_optional(_is_str), "a string or null"),
     "long_gate": (lambda v: isinstance(v, bool), "true or false"),
+    "files": (_is_file_map, "an object of file names (no slash) to their text"),
 }
 
 _EXIT_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
@@ -153,6 +163,10 @@ class LaunchSpec:
     # frees): forked, since a spawned job's gate gives way after the kernel's
     # lease-break-time (proc/gate.py).
     long_gate: bool = False
+    # Files the job reads, by name in the run directory (a bash job's script.sh): the
+    # supervisor writes them after the release, before it opens the gate, without an
+    # fsync: they are made from admission.json, which is what start runs (prepare.py).
+    files: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _validated("launch spec", _fields(self), _SPEC_CHECKS)

@@ -111,6 +111,21 @@ class RunDir:
             os.fsync(self.fd)
         return _stamp(made)
 
+    def put(self, name: str, data: bytes) -> None:
+        """``name`` holding ``data`` (a job's script.sh, written by the job before its
+        exec): :meth:`replace` without an fsync, a directory planted at the name moved
+        aside first. Raises OSError naming the file (ENOSPC …)."""
+        try:
+            try:
+                self.replace(name, data, durable=False)
+            except IsADirectoryError:
+                aside = f".{name}.displaced.{os.getpid()}.{time.monotonic_ns()}"
+                os.rename(name, aside, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+                self.replace(name, data, durable=False)
+        except OSError as exc:
+            why = f"cannot write {name} in {self.path}: {exc.strerror}"
+            raise OSError(exc.errno, why) from None
+
     def touch(self, name: str, left: Stamp | None) -> Stamp | None:
         """Move ``name``'s mtime to now if it is still the file we left (``left``,
         from :meth:`replace` or the last touch); its new stamp, or None: rewrite it.

@@ -13,8 +13,11 @@ when forked, pipes when booted) for exactly one handshake:
    forked), which waits at a gate before exec; supervisor -> watcher:
    ``{"pid": N}``.
 3. The watcher records ``running`` with that pid in job.json, then sends
-   ``go``. Anything else (or EOF: the watcher died) kills the unreleased
-   job and records ``started: false``.
+   ``go``; the supervisor writes the job's own files (``LaunchSpec.files``:
+   its script.sh, made from admission.json, not fsynced; one it cannot write
+   refuses the job, exit.json saying why) and opens the gate. Anything else
+   (or EOF: the watcher died) kills the unreleased job and records
+   ``started: false``.
 
 From then on the supervisor needs nobody. It is a child subreaper, so every
 descendant of the job, including one that called setsid and was orphaned,
@@ -122,6 +125,7 @@ class Supervisor(Reaper):
         self.env = dict(spec.env)
         self.log = spec.log
         self.long_gate = spec.long_gate
+        self.job_files = {name: text.encode() for name, text in spec.files.items()}
         self.stop_signals = list(spec.stop_signals)
         grace = finite(spec.grace)
         self.grace = DEFAULT_GRACE if grace is None else grace
@@ -167,6 +171,16 @@ class Supervisor(Reaper):
             job = gate.fork(found, self.argv, self.env, self.cwd, log_fd)
         self.pid = job.pid
         return job
+
+    def write_job_files(self) -> str:
+        """The job's own files (its script.sh: LaunchSpec.files), written once it is
+        released and before its exec; "" or why not (exit.json's ``error``)."""
+        try:
+            for name, data in self.job_files.items():
+                self.files.put(name, data)
+        except OSError as exc:
+            return gate.describe(exc)
+        return ""
 
     def run(self) -> None:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
@@ -393,7 +407,11 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
         # Not an error: the job never ran, so recovery may start it again.
         sup.record(started=False)
         return 0
-    error = job.release()
+    error = sup.write_job_files()
+    if error:
+        job.refuse()
+    else:
+        error = job.release()
     if error:
         sup.record(started=False, error=error)
         return 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 # What open(2) says when something that is not a regular file sits at a name
@@ -88,6 +89,13 @@ def write_atomic(
             os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def write_files(folder: Path, files: Mapping[str, str]) -> None:
+    """Each of ``files`` (name -> text) written into ``folder``, atomic, not fsynced:
+    an agent's files (a bash job's script.sh) where no supervisor writes them."""
+    for name, text in files.items():
+        write_atomic(folder / name, text.encode(), durable=False)
 
 
 def displace(name: str, dir_fd: int) -> str:

@@ -1,0 +1,218 @@
+"""A job's own files (a bash job's script.sh) are written by the job, not the watcher.
+
+The script is made from admission.json, which is what start runs (written at
+claim). So the watcher makes no file of its own for it (one inode fewer per
+job, tests/test_inode_budget.py): the launch spec carries the text, and the
+job's supervisor writes it at the release, before it opens the job's gate,
+with no fsync. What the job sees is what it saw: ``bash --noprofile --norc
+<run>/script.sh``, its ``$0``, ``BASH_SOURCE`` and bash's error lines. And
+``runs/<id>/work/`` is made only for a job that runs there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from subprocess import CompletedProcess
+
+import pytest
+
+from conftest import bash, drop
+from hopper.agents.base import JobContext, Preparation
+from hopper.agents.registry import builtin_agents
+from hopper.config import Config
+from hopper.core.admission import StartSpec
+from hopper.core.prompt import parse
+from hopper.core.record import JobRecord
+from hopper.core.states import JobState
+from hopper.prepare import prepare
+from hopper.proc import spawn
+from hopper.proc.protocol import LaunchSpec, ProtocolError
+from hopper.proc.rundir import RunDir
+from hopper.store.admission import write_admission
+from hopper.store.layout import Layout
+
+Hopper = Callable[..., CompletedProcess[str]]
+# What the job prints of itself: how bash names its script, and an error line.
+SELF = 'echo "0=$0 source=${BASH_SOURCE[0]} pwd=$PWD"\nno-such-command-for-hopper\n'
+
+
+def _launch(run_dir: Path, files: dict[str, str]) -> tuple[spawn.Supervisor, int]:
+    spec = LaunchSpec(
+        argv=["bash", "--noprofile", "--norc", str(run_dir / "script.sh")],
+        cwd=str(run_dir),
+        env={"PATH": os.environ["PATH"]},
+        log=str(run_dir / "job.log"),
+        grace=0.5,
+        files=files,
+    )
+    proc = spawn.launch(run_dir, spec)
+    return proc, spawn.read_pid(proc)  # forked, held at its gate
+
+
+def _exit_record(run_dir: Path, proc: spawn.Supervisor) -> dict[str, object]:
+    assert proc.wait(timeout=30) == 0
+    record: dict[str, object] = json.loads((run_dir / "exit.json").read_bytes())
+    return record
+
+
+# -- the supervisor's side -----------------------------------------------------------------
+def test_the_supervisor_writes_the_script_at_the_release_and_the_job_runs_it_as_before(
+    tmp_path: Path,
+) -> None:
+    proc, _ = _launch(tmp_path, {"script.sh": SELF})
+    assert not (tmp_path / "script.sh").exists()  # nothing written before the release
+    spawn.release(proc)
+    done = _exit_record(tmp_path, proc)
+    assert (done["started"], done["exit_code"]) == (True, 127)
+    script = tmp_path / "script.sh"
+    assert script.read_text() == SELF and (script.stat().st_mode & 0o777) == 0o644
+    log = (tmp_path / "job.log").read_text()
+    assert f"0={script} source={script} pwd={tmp_path}\n" in log
+    assert f"{script}: line 2: no-such-command-for-hopper: command not found" in log
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_start_refused_at_the_gate_writes_nothing(tmp_path: Path) -> None:
+    proc, _ = _launch(tmp_path, {"script.sh": "echo ran\n"})
+    spawn.refuse(proc)
+    assert _exit_record(tmp_path, proc)["started"] is False
+    assert not (tmp_path / "script.sh").exists()
+
+
+def test_a_link_or_directory_planted_at_a_name_is_replaced_never_followed(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    elsewhere = tmp_path / "elsewhere.sh"
+    elsewhere.write_text("echo not mine\n")
+    (run_dir / "script.sh").symlink_to(elsewhere)  # an earlier attempt's job planted these
+    (run_dir / "notes.md").mkdir()
+    (run_dir / "notes.md" / "keep").write_text("kept\n")
+    proc, _ = _launch(run_dir, {"script.sh": "echo mine\n", "notes.md": "text\n"})
+    spawn.release(proc)
+    assert _exit_record(run_dir, proc)["started"] is True
+    assert elsewhere.read_text() == "echo not mine\n"
+    assert not (run_dir / "script.sh").is_symlink()
+    assert (run_dir / "job.log").read_text() == "mine\n"
+    assert (run_dir / "notes.md").read_text() == "text\n"
+    (aside,) = run_dir.glob(".notes.md.displaced.*")
+    assert (aside / "keep").read_text() == "kept\n"
+
+
+def test_a_file_that_cannot_be_written_refuses_the_job_saying_which(tmp_path: Path) -> None:
+    name = "s" * 250  # its temporary's name is too long for the filesystem
+    proc, _ = _launch(tmp_path, {name: "echo ran\n"})
+    spawn.release(proc)
+    done = _exit_record(tmp_path, proc)
+    assert done["started"] is False
+    assert f"cannot write {name} in {tmp_path}: File name too long" in str(done["error"])
+    assert (tmp_path / "job.log").read_text() == ""  # bash never ran
+
+
+def test_a_file_in_a_deleted_run_directory_is_an_error_naming_it(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    files = RunDir(str(run_dir))
+    run_dir.rmdir()  # nothing can be made in a deleted directory
+    with pytest.raises(FileNotFoundError, match=f"cannot write script.sh in {run_dir}"):
+        files.put("script.sh", b"true\n")
+    os.close(files.fd)
+
+
+@pytest.mark.parametrize("name", ["../x.sh", "a/b", "", ".", ".."])
+def test_the_spec_refuses_a_file_name_outside_the_run_directory(name: str) -> None:
+    line = json.dumps({"argv": ["true"], "cwd": "/", "env": {}, "log": "/l", "files": {name: ""}})
+    with pytest.raises(ProtocolError, match="'files' must be an object of file names"):
+        LaunchSpec.from_json(line)
+
+
+# -- the watcher's side --------------------------------------------------------------------
+def test_a_bash_job_sees_its_script_as_before(layout: Layout, hopper: Hopper) -> None:
+    drop(layout, "self", bash(SELF.rstrip("\n")))
+    assert hopper("run", "--until-idle").returncode == 0
+    (run_dir,) = layout.runs.iterdir()
+    record = json.loads((run_dir / "job.json").read_text())
+    assert (record["state"], record["exit_code"]) == ("failed", 127)
+    script, work = run_dir / "script.sh", run_dir / "work"
+    assert script.read_text() == SELF
+    log = (run_dir / "job.log").read_text()
+    assert f"0={script} source={script} pwd={work}\n" in log
+    assert f"{script}: line 2: no-such-command-for-hopper: command not found" in log
+
+
+def test_a_job_queued_by_an_older_hopper_runs_what_was_admitted(
+    layout: Layout, hopper: Hopper, tmp_path: Path
+) -> None:
+    """An older hopper's run directory: admission.json, and the script.sh it wrote
+    at a start a crash cut short (here: stale). The admitted script runs."""
+    out, planted = tmp_path / "out", tmp_path / "planted"
+    drop(layout, "old", bash(f"echo admitted > {out}"))
+    crashed = hopper("run", "--until-idle", env={"HOPPER_CRASH_AT": "claim.after_record"})
+    assert crashed.returncode != 0
+    (run_dir,) = layout.runs.iterdir()
+    assert json.loads((run_dir / "job.json").read_text())["state"] == "queued"
+    assert (run_dir / "admission.json").exists() and not (run_dir / "script.sh").exists()
+    (run_dir / "script.sh").write_text(f"touch {planted}\n")
+    assert hopper("run", "--until-idle").returncode == 0
+    assert json.loads((run_dir / "job.json").read_text())["state"] == "succeeded"
+    assert out.read_text() == "admitted\n" and not planted.exists()
+    assert (run_dir / "script.sh").read_text() == f"echo admitted > {out}\n"
+
+
+# -- work/ ---------------------------------------------------------------------------------
+def _queued(layout: Layout, text: str, **fields: object) -> tuple[JobRecord, Path]:
+    record = JobRecord(
+        id="20261126-120000-000-x-abcd",
+        name="x",
+        state=JobState.QUEUED,
+        agent="bash",
+        host="h",
+        owner="h:1:2",
+        inbox_path="inbox/x.prompt.md",
+        created_at=datetime(2026, 11, 26, tzinfo=UTC),
+    ).model_copy(update=fields)
+    run_dir = layout.run_dir(record.id)
+    run_dir.mkdir(parents=True)
+    write_admission(run_dir, StartSpec.of(record.id, parse(text.encode())))
+    return record, run_dir
+
+
+def test_work_is_made_only_for_a_job_that_runs_in_it(layout: Layout, tmp_path: Path) -> None:
+    config = Config()
+    agents = builtin_agents(config)
+    record, run_dir = _queued(layout, bash("true"))
+    assert prepare(layout, config, agents, record, run_dir).workdir == run_dir / "work"
+    assert (run_dir / "work").is_dir()
+    assert not (run_dir / "script.sh").exists()  # the job writes it (above)
+
+    own = tmp_path / "own"
+    own.mkdir()
+    record, run_dir = _queued(layout, bash("true"), id="20261126-120000-000-y-abcd")
+    ready = prepare(
+        layout, config, agents, record.model_copy(update={"workdir": str(own)}), run_dir
+    )
+    assert ready.workdir == own and not (run_dir / "work").exists()
+
+
+class _ElsewhereAgent:
+    """An agent that runs the job in a directory of its own (as a session job does)."""
+
+    name = "elsewhere"
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def prepare(self, job: JobContext) -> Preparation:
+        return Preparation(argv=["true"], workdir=self.folder)
+
+
+def test_no_work_for_a_job_its_agent_runs_elsewhere(layout: Layout, tmp_path: Path) -> None:
+    record, run_dir = _queued(layout, "do it\n", agent="elsewhere")
+    agents = {"elsewhere": _ElsewhereAgent(tmp_path)}
+    ready = prepare(layout, Config(), agents, record, run_dir)  # type: ignore[arg-type]
+    assert ready.workdir == tmp_path and not (run_dir / "work").exists()
