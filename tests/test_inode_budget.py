@@ -5,7 +5,10 @@ allocator skips recently freed inodes: 120–570 µs of CPU each on the
 project's VM; docs/performance.md, "New files per job"). A real watcher
 drains 24 bash `true` jobs at 2 slots with every creating call counted
 (tests/inode_drive.py); the supervisors' own files (job.log, exit.json,
-resources.json) are theirs, not counted.
+resources.json) are theirs, not counted, and so is the script.sh each job
+writes itself before its exec (tests/test_job_files.py). The 6 left: the run
+directory, events.jsonl, job.json's first record and its standby,
+admission.json, work/.
 """
 
 from __future__ import annotations

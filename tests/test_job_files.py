@@ -1,4 +1,4 @@
-"""A job's own files (a bash job's script.sh) are written by the job, not the watcher.
+"""A job's own files (a bash job's script.sh) are written by its supervisor, not the watcher.
 
 The script is made from admission.json, which is what start runs (written at
 claim). So the watcher makes no file of its own for it (one inode fewer per
@@ -143,6 +143,21 @@ def test_a_bash_job_sees_its_script_as_before(layout: Layout, hopper: Hopper) ->
     log = (run_dir / "job.log").read_text()
     assert f"0={script} source={script} pwd={work}\n" in log
     assert f"{script}: line 2: no-such-command-for-hopper: command not found" in log
+
+
+def test_a_script_near_the_prompt_size_cap_goes_whole_through_the_launch_spec(
+    layout: Layout, hopper: Hopper
+) -> None:
+    """The script travels in the spec line (fork server socket, supervisor's stdin)."""
+    lines = [f"# {i:06d} " + "\t\u00e9x" * 30 for i in range(8000)]  # ~900 KB, escaped in JSON
+    text = "\n".join([*lines, 'echo "whole: $(wc -c < "$0")"'])
+    drop(layout, "big", bash(text))
+    assert hopper("run", "--until-idle").returncode == 0
+    (run_dir,) = layout.runs.iterdir()
+    assert json.loads((run_dir / "job.json").read_text())["state"] == "succeeded"
+    script = (run_dir / "script.sh").read_bytes()
+    assert script == (text + "\n").encode()
+    assert (run_dir / "job.log").read_text() == f"whole: {len(script)}\n"
 
 
 def test_a_job_queued_by_an_older_hopper_runs_what_was_admitted(

@@ -5,7 +5,7 @@ it launches: the folder or worktree (``workspace.py``), the working
 directory, the agent adapter's argv and files, and the job's environment.
 The agent's files (a bash job's script.sh) are made from admission.json, and
 are not written here: the executor puts them in the run directory when it
-launches (a supervised job writes them itself, after its gate, before exec:
+launches (a supervised job's supervisor writes them at the release, before exec:
 no inode of the watcher's per job; executors/supervised.py).
 Raises :class:`WorkspaceFailed`, :class:`BadPrompt` or :class:`AdmissionLost`;
 the caller files the job as failed with that reason (``lost`` for the last).

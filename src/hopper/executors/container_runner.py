@@ -65,7 +65,6 @@ from hopper.executors.protocol import (
 )
 from hopper.executors.supervised import Command, Supervised
 from hopper.running import Running
-from hopper.store.atomic import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +205,7 @@ class ContainerExecutor:
         """The job's supervisor, its command a container run (the image checked)."""
         record, run_dir = launch.record, launch.run_dir
         try:
-            argv, env, grace = self.command_for(
+            argv, env, grace, files = self.command_for(
                 record, run_dir, launch.prep, launch.workdir, launch.job_vars, launch.env
             )
         except ContainerUnavailable as exc:
@@ -216,7 +215,7 @@ class ContainerExecutor:
             return Ended(record, run_dir, How.REJECTED, Reason.BAD_PROMPT, why)
         # A container's memory_max is the engine's (--memory): the supervisor's tree
         # also holds the engine's own client, which is not the job's memory.
-        command = Command(argv, env, grace, memory_max=None)
+        command = Command(argv, env, grace, memory_max=None, files=files)
         fields = {"container": record.container.name} if record.container else {}
         return self.sup.begin(launch, command, fields)
 
@@ -228,8 +227,10 @@ class ContainerExecutor:
         workdir: Path,
         job_vars: Mapping[str, str],
         host_env: Mapping[str, str],  # the supervisor's whole environment
-    ) -> tuple[list[str], dict[str, str], float]:
-        """The supervised argv, its environment and the supervisor's grace.
+    ) -> tuple[list[str], dict[str, str], float, dict[str, str]]:
+        """The supervised argv, its environment, the supervisor's grace and the
+        agent's files (a driver's spec with the container's part), which the job
+        writes before its exec.
 
         Raises ContainerUnavailable (engine or image missing) or
         core.mounts.BadMount (a path that cannot be mounted).
@@ -259,8 +260,8 @@ class ContainerExecutor:
                 "prefix": shim_argv(engine, job.name, DRIVER_GRACE, prefix),
                 "mounts": [[m.host, m.container] for m in mmap.mounts],
             }
-            write_atomic(run_dir / SPEC_FILE, (json.dumps(spec, indent=2) + "\n").encode())
-            return prep.argv, env, cfg.kill_grace
+            files = {**prep.files, SPEC_FILE: json.dumps(spec, indent=2) + "\n"}
+            return prep.argv, env, cfg.kill_grace, files
         run = run_argv(
             engine,
             job,
@@ -272,7 +273,8 @@ class ContainerExecutor:
         )
         # The supervisor's SIGTERM becomes `<engine> stop -t kill_grace`; its own
         # SIGKILL waits a little longer, so the engine's stop runs its course.
-        return shim_argv(engine, job.name, cfg.kill_grace, run), env, cfg.kill_grace + STOP_MARGIN
+        argv = shim_argv(engine, job.name, cfg.kill_grace, run)
+        return argv, env, cfg.kill_grace + STOP_MARGIN, dict(prep.files)
 
     def need_bash(self, engine: list[str], image: str, image_id: str) -> None:
         """A bash job's image must have bash; raises ContainerUnavailable saying so if not.

@@ -52,7 +52,9 @@ class LocalExecutor:
 
     def start(self, launch: Launch) -> Start:
         grace, memory = self.ctx.config.kill_grace, launch.record.memory_max_bytes
-        return self.sup.begin(launch, Command(launch.prep.argv, dict(launch.env), grace, memory))
+        prep = launch.prep
+        command = Command(prep.argv, dict(launch.env), grace, memory, dict(prep.files))
+        return self.sup.begin(launch, command)
 
     def poll(self, jobs: Sequence[Running], tick: Tick) -> Polled:
         return self.sup.poll(jobs, tick)

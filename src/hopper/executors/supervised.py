@@ -101,6 +101,10 @@ class Command:
     env: dict[str, str]
     grace: float  # the supervisor's wait between its stop signals
     memory_max: int | None  # bytes the supervisor lets the job's tree use
+    # The agent's files (run-dir name -> text, a bash job's script.sh): the supervisor
+    # writes them at the release, before the job's exec, so the watcher makes no file
+    # for them.
+    files: dict[str, str]
 
 
 class SupervisedStart(Starting):
@@ -194,7 +198,7 @@ class Supervised:
             sample_interval=config.sample_interval,
             idle_timeout=prep.idle_timeout,
             long_gate=launch.ahead,  # released when a slot frees: maybe minutes from now
-            files=dict(prep.files),  # written by the supervisor at the release (prepare.py)
+            files=command.files,  # written by the supervisor at the release (prepare.py)
         )
         # SpawnFailed is the shell's to judge (pending_starts.py: tried again or failed)
         pending = spawn.begin(run_dir, spec, self.pool)
