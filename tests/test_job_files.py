@@ -20,7 +20,7 @@ from subprocess import CompletedProcess
 
 import pytest
 
-from conftest import bash, drop
+from conftest import bash, drop, wait_for
 from hopper.agents.base import JobContext, Preparation
 from hopper.agents.registry import builtin_agents
 from hopper.config import Config
@@ -63,8 +63,11 @@ def _exit_record(run_dir: Path, proc: spawn.Supervisor) -> dict[str, object]:
 def test_the_supervisor_writes_the_script_at_the_release_and_the_job_runs_it_as_before(
     tmp_path: Path,
 ) -> None:
-    proc, _ = _launch(tmp_path, {"script.sh": SELF})
-    assert not (tmp_path / "script.sh").exists()  # nothing written before the release
+    proc, pid = _launch(tmp_path, {"script.sh": SELF})
+    # Written while the watcher commits `running`, before the release; not yet run (and
+    # job.log not opened here: an open waits for the release, proc/gate.py).
+    wait_for(lambda: (tmp_path / "script.sh").exists(), what="script.sh before the release")
+    assert os.path.basename(os.readlink(f"/proc/{pid}/exe")) != "bash"
     spawn.release(proc)
     done = _exit_record(tmp_path, proc)
     assert (done["started"], done["exit_code"]) == (True, 127)
@@ -76,11 +79,11 @@ def test_the_supervisor_writes_the_script_at_the_release_and_the_job_runs_it_as_
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
-def test_a_start_refused_at_the_gate_writes_nothing(tmp_path: Path) -> None:
+def test_a_start_refused_at_the_gate_never_runs_its_script(tmp_path: Path) -> None:
     proc, _ = _launch(tmp_path, {"script.sh": "echo ran\n"})
     spawn.refuse(proc)
     assert _exit_record(tmp_path, proc)["started"] is False
-    assert not (tmp_path / "script.sh").exists()
+    assert "ran" not in (tmp_path / "job.log").read_text()
 
 
 def test_a_link_or_directory_planted_at_a_name_is_replaced_never_followed(

@@ -164,8 +164,9 @@ class LaunchSpec:
     # lease-break-time (proc/gate.py).
     long_gate: bool = False
     # Files the job reads, by name in the run directory (a bash job's script.sh): the
-    # supervisor writes them after the release, before it opens the gate, without an
-    # fsync: they are made from admission.json, which is what start runs (prepare.py).
+    # supervisor writes them right after its pid line (while the watcher commits the
+    # start), before it opens the gate, without an fsync: they are made from
+    # admission.json, which is what start runs (prepare.py).
     files: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

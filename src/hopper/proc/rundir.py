@@ -112,9 +112,10 @@ class RunDir:
         return _stamp(made)
 
     def put(self, name: str, data: bytes) -> None:
-        """``name`` holding ``data`` (a job's script.sh, written at the release, before
-        the job's exec): :meth:`replace` without an fsync, a directory planted at the
-        name moved aside first. Raises OSError naming the file (ENOSPC …)."""
+        """``name`` holding ``data`` (a job's script.sh, written while the watcher
+        commits the start, before the release): :meth:`replace` without an fsync, a
+        directory planted at the name moved aside first. Raises OSError naming the
+        file (ENOSPC …)."""
         try:
             try:
                 self.replace(name, data, durable=False)

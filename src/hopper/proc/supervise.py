@@ -13,9 +13,10 @@ when forked, pipes when booted) for exactly one handshake:
    forked), which waits at a gate before exec; supervisor -> watcher:
    ``{"pid": N}``.
 3. The watcher records ``running`` with that pid in job.json, then sends
-   ``go``; the supervisor writes the job's own files (``LaunchSpec.files``:
+   ``go`` and the supervisor opens the gate. Meanwhile (right after its pid
+   line) the supervisor has written the job's own files (``LaunchSpec.files``:
    its script.sh, made from admission.json, not fsynced; one it cannot write
-   refuses the job, exit.json saying why) and opens the gate. Anything else
+   refuses the job at the ``go``, exit.json saying why). Anything else
    (or EOF: the watcher died) kills the unreleased job and records
    ``started: false``.
 
@@ -173,8 +174,9 @@ class Supervisor(Reaper):
         return job
 
     def write_job_files(self) -> str:
-        """The job's own files (its script.sh: LaunchSpec.files), written once it is
-        released and before its exec; "" or why not (exit.json's ``error``)."""
+        """The job's own files (its script.sh: LaunchSpec.files), written while the
+        watcher commits the start, before the release; "" or why not (exit.json's
+        ``error``, the job refused at the release)."""
         try:
             for name, data in self.job_files.items():
                 self.files.put(name, data)
@@ -392,8 +394,13 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
     sup = Supervisor(run_dir, spec)
     _become_subreaper()
     job = sup.start_gated()
+    error = ""
     try:
         os.write(1, b'{"pid": %d}\n' % sup.pid)
+        # The job's own files while the watcher commits `running`, off the start's path
+        # (a create costs up to ms here); a start refused after all leaves its script.sh
+        # behind, as the watcher's own writes before the start used to.
+        error = sup.write_job_files()
         answer = _answer()
     except OSError:  # the watcher went away mid-handshake (reset, broken pipe): a no
         answer = ""
@@ -407,7 +414,6 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
         # Not an error: the job never ran, so recovery may start it again.
         sup.record(started=False)
         return 0
-    error = sup.write_job_files()
     if error:
         job.refuse()
     else:
