@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from subprocess import CompletedProcess
 
@@ -27,13 +26,13 @@ from hopper.config import Config
 from hopper.core.admission import StartSpec
 from hopper.core.prompt import parse
 from hopper.core.record import JobRecord
-from hopper.core.states import JobState
 from hopper.prepare import prepare
 from hopper.proc import spawn
 from hopper.proc.protocol import LaunchSpec, ProtocolError
 from hopper.proc.rundir import RunDir
 from hopper.store.admission import write_admission
 from hopper.store.layout import Layout
+from test_prepare import _record
 
 Hopper = Callable[..., CompletedProcess[str]]
 # What the job prints of itself: how bash names its script, and an error line.
@@ -184,16 +183,7 @@ def test_a_job_queued_by_an_older_hopper_runs_what_was_admitted(
 
 # -- work/ ---------------------------------------------------------------------------------
 def _queued(layout: Layout, text: str, **fields: object) -> tuple[JobRecord, Path]:
-    record = JobRecord(
-        id="20261126-120000-000-x-abcd",
-        name="x",
-        state=JobState.QUEUED,
-        agent="bash",
-        host="h",
-        owner="h:1:2",
-        inbox_path="inbox/x.prompt.md",
-        created_at=datetime(2026, 11, 26, tzinfo=UTC),
-    ).model_copy(update=fields)
+    record = _record(**{"id": "20261126-120000-000-x-abcd", **fields})
     run_dir = layout.run_dir(record.id)
     run_dir.mkdir(parents=True)
     write_admission(run_dir, StartSpec.of(record.id, parse(text.encode())))

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FAST_CONFIG, Watchers, drop
+from hopper.core.record import JobRecord
 from hopper.sessionhost import contract as c
 from hopper.sessionhost.client import request
 from hopper.store.jobfile import read_events, read_record
@@ -66,14 +67,21 @@ def test_three_messages_to_one_session_run_in_order_in_one_agent(
     assert state is not None and state.state == c.IDLE and state.turns == 3
 
 
+def a_long_turn(layout: Layout) -> tuple[JobRecord, Path]:
+    """Message "long" of session chat (the fake agent's slow answer), running and ticking:
+    its record and run directory."""
+    drop(layout, "long", message("slow", session="chat"))
+    rec = running(layout, "long")
+    run = layout.run_dir(rec.id)
+    poll_until(lambda: b"tick" in cast_of(run), WAIT, "the turn going on")
+    return rec, run
+
+
 def test_abort_interrupts_the_turn_and_the_session_takes_the_next_message(
     layout: Layout, watchers: Watchers, hosts: None
 ) -> None:
     watchers.start(env=HOST_ENV)
-    drop(layout, "long", message("slow", session="chat"))
-    rec = running(layout, "long")
-    run = layout.run_dir(rec.id)
-    poll_until(lambda: b"tick" in cast_of(run), WAIT, "ticks")
+    _, run = a_long_turn(layout)
     (run / "ABORT").touch()
     aborted = ended(layout, "long")
     assert aborted.state == "aborted" and aborted.reason == "interrupted", aborted.detail
@@ -238,16 +246,14 @@ def test_a_queued_message_says_it_waits_for_the_sessions_turn(
     layout: Layout, watchers: Watchers, hosts: None, hopper
 ) -> None:
     watchers.start(env=HOST_ENV)
-    drop(layout, "long", message("slow", session="chat"))
-    rec = running(layout, "long")
-    poll_until(lambda: b"tick" in cast_of(layout.run_dir(rec.id)), WAIT, "the turn going on")
+    _, run = a_long_turn(layout)
     drop(layout, "queued", message("later", session="chat"))
     poll_until(
         lambda: "waiting for session chat's turn" in hopper("status", "queued").stdout,
         WAIT,
         "the queued message's why",
     )
-    (layout.run_dir(rec.id) / "ABORT").touch()
+    (run / "ABORT").touch()
     assert ended(layout, "queued").state == "succeeded"
 
 
@@ -255,9 +261,7 @@ def test_hopper_interrupt_by_job_name_ends_its_turn(
     layout: Layout, watchers: Watchers, hosts: None, hopper
 ) -> None:
     watchers.start(env=HOST_ENV)
-    drop(layout, "long", message("slow", session="chat"))
-    rec = running(layout, "long")
-    poll_until(lambda: b"tick" in cast_of(layout.run_dir(rec.id)), WAIT, "ticks")
+    rec, _ = a_long_turn(layout)
     out = hopper("interrupt", "long")
     assert out.returncode == 0 and f"interrupted job {rec.id}" in out.stdout, out.stderr
     done = ended(layout, "long")
