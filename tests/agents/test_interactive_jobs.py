@@ -33,6 +33,13 @@ def setup(
     return agent
 
 
+def next_message_runs_in(layout: Layout, agent: str, work: Path, pid: int | None) -> None:
+    """A later message of session chat succeeds in the same agent process (``pid``)."""
+    drop(layout, "next", prompt(agent, "And now?", session="chat", workdir=str(work)))
+    after = ended(layout, "next")
+    assert after.state == "succeeded" and after.pid == pid, after.detail
+
+
 @pytest.mark.parametrize("agent_at", CLAUDES)
 def test_an_interactive_job_runs_a_tool_call_and_succeeds(
     agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
@@ -99,9 +106,7 @@ def test_interrupt_ends_a_long_turn_and_the_next_message_runs_in_the_same_proces
     assert out.returncode == 0, out.stderr
     done = ended(layout, "long")
     assert (done.state, done.reason) == ("aborted", "interrupted"), done.detail
-    drop(layout, "next", prompt(agent, "And now?", session="chat", workdir=str(work)))
-    after = ended(layout, "next")
-    assert after.state == "succeeded" and after.pid == rec.pid, after.detail
+    next_message_runs_in(layout, agent, work, rec.pid)
     assert [e["event"] for e in read_events(layout.run_dir(done.id))].count("turn_ended") == 1
 
 
@@ -133,9 +138,7 @@ def test_a_turn_past_its_max_tokens_is_stopped_budget_exceeded_and_the_session_g
     assert "raise max_tokens in the front matter or [agents.claude]" in done.detail
     turn = c.read_turn_end(run)
     assert turn is not None and turn.ended == c.BUDGET
-    drop(layout, "next", prompt(agent, "And now?", session="chat", workdir=str(work)))
-    after = ended(layout, "next")
-    assert after.state == "succeeded" and after.pid == done.pid, after.detail
+    next_message_runs_in(layout, agent, work, done.pid)
 
 
 @pytest.mark.parametrize("agent_at", CLAUDES[:1])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from agentjobs import CLAUDES, Hopper, prompt
-from test_interactive_jobs import setup
+from test_interactive_jobs import next_message_runs_in, setup
 
 from conftest import Watchers, drop
 from hopper.proc import identity
@@ -45,9 +45,7 @@ def test_retry_types_the_message_again_into_the_live_session(
     retries = [e for e in read_events(run) if e["event"] == "agent_retry"]
     assert [(e["attempt"], e["kind"]) for e in retries] == [(1, "rate_limit")]
     assert len(srv.model_requests()) == 2
-    drop(layout, "next", prompt(agent, "And now?", session="chat", workdir=str(work)))
-    after = ended(layout, "next")
-    assert after.state == "succeeded" and after.pid == rec.pid, after.detail
+    next_message_runs_in(layout, agent, work, rec.pid)
 
 
 @pytest.mark.parametrize("agent_at", CLAUDES[:1])
@@ -64,9 +62,7 @@ def test_fail_fails_the_message_agent_error_and_the_session_lives_on(
     assert rec.agent_state == "api_error", rec
     assert rec.detail and rec.detail.startswith("the agent reported an error (rate_limit)")
     assert len(srv.model_requests()) == 1
-    drop(layout, "next", prompt(agent, "And now?", session="chat", workdir=str(work)))
-    after = ended(layout, "next")
-    assert after.state == "succeeded" and after.pid == rec.pid, after.detail
+    next_message_runs_in(layout, agent, work, rec.pid)
 
 
 @pytest.mark.parametrize("agent_at", CLAUDES[:1])
