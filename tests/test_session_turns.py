@@ -187,3 +187,17 @@ def test_garbage_entries_are_ignored() -> None:
     assert agent_state(junk, now=10.0, last_change=0.0) == "working"  # a user entry last
     assert agent_state(junk[:3], now=10.0, last_change=0.0) == "waiting_for_input"
     assert turn_result(junk) is None and log_session_id(junk) is None
+
+
+def test_a_nudge_queued_while_busy_is_answered_after_the_turn_and_not_its_result() -> None:
+    """Recorded (2.1.330): "Think" stalls 12 s, the nudge is typed while the reply spins,
+    Claude queues it, ends the turn with "Done at last." (its Stop hook runs) and answers
+    the nudge as a turn of its own. A host that reads the log late sees both."""
+    log = entries("nudged_2.1.330")
+    start = next(i for i, e in enumerate(log) if (e.get("message") or {}).get("content") == "Think")
+    turn = log[start:]
+    assert turn_result(turn) == "Done at last."
+    after = [e for e in turn if e.get("type") == "assistant"]
+    assert [turn_result([e]) for e in after] == ["Done at last.", "Carrying on."]
+    late_close = [e for e in log if e.get("subtype") == "turn_duration"][:1]
+    assert turn_result(late_close + turn) == "Done at last."

@@ -200,9 +200,28 @@ def api_error_kind(entries: Sequence[Mapping[str, Any]]) -> str | None:
     )
 
 
+TURN_ENDS = ("stop_hook_summary", "turn_duration")  # Claude's system entries after a turn
+
+
+def this_turn(entries: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
+    """The entries up to the turn's end: the first system entry that closes a turn
+    (:data:`TURN_ENDS`) after an assistant entry. What follows belongs to a later turn:
+    a message typed while the agent was busy (a nudge) is queued by Claude and answered
+    as a turn of its own, which the log may already hold when the host reads it. A
+    closing entry before any assistant entry is the previous turn's, written late."""
+    answered = False
+    for at, entry in enumerate(entries):
+        if entry.get("type") == "assistant":
+            answered = True
+        elif answered and entry.get("type") == "system" and entry.get("subtype") in TURN_ENDS:
+            return entries[: at + 1]
+    return entries
+
+
 def turn_result(entries: Sequence[Mapping[str, Any]]) -> str | None:
-    """The text of the turn's last assistant message that has text (its answer)."""
-    for entry in reversed(entries):
+    """The text of the turn's last assistant message that has text (its answer), in
+    :func:`this_turn`'s entries."""
+    for entry in reversed(this_turn(entries)):
         if entry.get("type") != "assistant":
             continue
         texts = [
