@@ -12,8 +12,12 @@ that used N output tokens (model ``fake-model``) and then ticks until Esc
 (a turn still going when its spend is known); ``fails N STATUS ...`` ends
 its reply with an API error (HTTP ``STATUS``, logged as Claude Code 2.1.330
 logs one: no marker) the first N times it is typed, then answers; ``exit``
-exits; ``eat N`` holds N MiB. ``python sessionfake.py host`` is a host process with
-:class:`FakeAgent` (the spec on stdin, as ``python -m hopper.sessionhost``).
+exits; ``eat N`` holds N MiB; ``stall`` is silent (no output, nothing logged)
+until a message is typed meanwhile, which it queues; then it answers, shows its
+prompt, and after a second of silence answers the queued message as a turn of its
+own (as Claude does with a message typed while it works). ``python sessionfake.py
+host`` is a host process with :class:`FakeAgent` (the spec on stdin, as ``python -m
+hopper.sessionhost``).
 """
 
 from __future__ import annotations
@@ -147,6 +151,18 @@ def _slow() -> None:
         _out("tick ")
 
 
+def _stall() -> str:
+    """Silent until a message is typed (a paste and Enter, echoed in the input box): it."""
+    buf = b""
+    while b"\r" not in buf:
+        chunk = os.read(0, 4096)
+        buf += chunk
+        os.write(1, chunk.replace(PASTE_START, b"").replace(PASTE_END, b"").split(b"\r")[0])
+    time.sleep(0.3)
+    line = buf.split(b"\r")[0]
+    return line.replace(PASTE_START, b"").replace(PASTE_END, b"").decode().strip()
+
+
 def cli(argv: list[str]) -> int:
     tty.setraw(0)
     resume = argv[argv.index("--resume") + 1] if "--resume" in argv else None
@@ -189,6 +205,13 @@ def cli(argv: list[str]) -> int:
                 _api_error(sid, n, text, int(text.split()[2]))
             elif text.startswith("quiet "):
                 _answer(sid, n, text, marker=False)
+            elif text == "stall":
+                queued = _stall()
+                _answer(sid, n, text, marker=True)
+                _out("READY> ")
+                time.sleep(1.0)
+                n += 1
+                _answer(sid, n, queued, marker=True)
             else:
                 _answer(sid, n, text, marker=True)
             _out("READY> ")

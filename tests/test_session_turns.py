@@ -22,6 +22,7 @@ from hopper.core.sessions import (
     UsageTally,
     agent_state,
     log_session_id,
+    queued_after,
     tally_usage,
     turn_result,
     turn_state,
@@ -201,3 +202,12 @@ def test_a_nudge_queued_while_busy_is_answered_after_the_turn_and_not_its_result
     assert [turn_result([e]) for e in after] == ["Done at last.", "Carrying on."]
     late_close = [e for e in log if e.get("subtype") == "turn_duration"][:1]
     assert turn_result(late_close + turn) == "Done at last."
+    nudge = next(
+        str(e["message"]["content"])
+        for e in turn
+        if e.get("type") == "user" and "printed nothing" in str(e["message"]["content"])
+    )
+    assert queued_after(turn, [nudge]) == 1  # answered after the turn: owed a turn of its own
+    assert queued_after(turn, []) == 0
+    took_it = [e for e in turn if e.get("type") != "system"]  # as if taken in mid-turn
+    assert queued_after(took_it, [nudge + "\n"]) == 0

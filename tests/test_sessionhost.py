@@ -99,6 +99,29 @@ def test_interrupt_ends_the_turn_and_the_next_message_runs_in_the_same_agent(
     assert (session.state() or _no).live
 
 
+def test_a_nudge_queued_by_a_busy_agent_has_its_turn_before_the_next_message(
+    session: Session,
+) -> None:
+    """The agent is silent past idle_timeout: the nudge is typed, the agent queues it,
+    answers the message (its Stop marker), then, after a second at its prompt, answers
+    the nudge as a turn of its own. The next message waits for that turn's marker: typed
+    sooner, it would be queued behind the nudge and take the nudge's answer for its own."""
+    session.start()
+    first = session.send("stall", idle_timeout=2.0, on_idle="nudge", max_nudges=1)
+    second = session.send("after")
+    assert session.ended(first).ended == c.STOP_HOOK
+    assert (first / "result.md").read_text() == "answer: stall\n"
+    events = [json.loads(x) for x in (first / "events.jsonl").read_text().splitlines()]
+    assert [e["why"] for e in events if e["event"] == "nudge"] == ["idle"]
+    end = session.ended(second)
+    assert end.ended == c.STOP_HOOK
+    assert (second / "result.md").read_text() == "answer: after\n"
+    log = (session.dir / "fake.log.jsonl").read_text().splitlines()
+    said = [json.loads(x)["message"]["content"] for x in log if '"user"' in x]
+    assert said[0] == "stall" and said[1].startswith("You have printed nothing")
+    assert said[2:] == ["after"], said
+
+
 def test_a_turn_crossing_max_tokens_is_interrupted_and_the_session_lives_on(
     session: Session,
 ) -> None:

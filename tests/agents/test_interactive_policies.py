@@ -91,6 +91,9 @@ def test_pause_holds_the_sessions_next_message_until_the_marker_goes(
     assert (layout.run_dir(second.id) / "result.md").read_text() == "Second answer.\n"
 
 
+SAID = ("Think", "You have printed nothing for 5 seconds", "Then the next one")
+
+
 @pytest.mark.parametrize("agent_at", CLAUDES[:1])
 def test_on_idle_nudge_types_the_nudge_while_a_stalled_reply_spins(
     agent_at: str, layout: Layout, watchers: Watchers, config_file: Path, tmp_path: Path,
@@ -98,13 +101,18 @@ def test_on_idle_nudge_types_the_nudge_while_a_stalled_reply_spins(
 ) -> None:  # fmt: skip
     """The reply starts and then nothing comes for 12 s; Claude's spinner redraws the
     screen all along, yet its session log does not grow: the turn is idle at 5 s, nudged,
-    and goes on to its answer."""
+    and goes on to its answer. Claude queues the nudge and answers it as a turn of its
+    own after the answer: the session's next message waits for that turn to end, else it
+    would be queued behind it and take the nudge's Stop and answer for its own."""
     agent = setup(agent_at, config_file, tmp_path, srv)
-    srv.script([text("Done at last.", stall=12.0, chunks=1), text("Carrying on.")])
+    srv.script(
+        [text("Done at last.", stall=12.0, chunks=1), text("Carrying on."), text("Next one.")]
+    )
     stuck = prompt(
         agent, "Think", session="chat", workdir=str(work), idle_timeout="5s", on_idle="nudge"
     )
     drop(layout, "stuck", stuck)
+    drop(layout, "then", prompt(agent, "Then the next one", session="chat", workdir=str(work)))
     watchers.start()
     rec = find(layout, "stuck", ("running",))
     run = layout.run_dir(rec.id)
@@ -125,6 +133,12 @@ def test_on_idle_nudge_types_the_nudge_while_a_stalled_reply_spins(
         60.0,
         "the nudge reached the model",
     )
+    then = ended(layout, "then")
+    assert then.state == "succeeded" and then.pid == done.pid, then.detail
+    assert (layout.run_dir(then.id) / "result.md").read_text() == "Next one.\n"
+    asked = [last_user_text(r.body) or "" for r in srv.model_requests()]
+    order = [next(i for i, a in enumerate(asked) if said in a) for said in SAID]
+    assert order == sorted(order), asked
 
 
 @pytest.mark.parametrize("agent_at", CLAUDES[:1])

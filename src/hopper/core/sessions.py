@@ -218,6 +218,22 @@ def this_turn(entries: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any
     return entries
 
 
+def queued_after(entries: Sequence[Mapping[str, Any]], typed: Sequence[str]) -> int:
+    """How many of the texts ``typed`` into the turn while the agent was busy (nudges)
+    the turn did not take in: not a user entry of :func:`this_turn`. Claude answers each
+    such one as a turn of its own after this one, with a Stop hook of its own."""
+    taken = [_user_text(e).strip() for e in this_turn(entries) if e.get("type") == "user"]
+    return sum(1 for text in typed if text.strip() not in taken)
+
+
+def _user_text(entry: Mapping[str, Any]) -> str:
+    message = entry.get("message")
+    content = message.get("content") if isinstance(message, Mapping) else None
+    if isinstance(content, str):
+        return content
+    return "\n".join(str(b.get("text") or "") for b in _blocks(entry) if b.get("type") == "text")
+
+
 def turn_result(entries: Sequence[Mapping[str, Any]]) -> str | None:
     """The text of the turn's last assistant message that has text (its answer), in
     :func:`this_turn`'s entries."""

@@ -91,6 +91,11 @@ class Host:
         self.last_interrupt = -1e9
         self.next_requests = self.next_log = self.next_memory = now
         self.done_jobs: set[str] = set()
+        # Nudges a finished turn left queued in the agent: each is answered as a turn
+        # of its own (a Stop marker each) before the next message may be typed.
+        self.owed = 0
+        self.owed_markers: frozenset[str] = frozenset()
+        self.owed_since = now
         self.state = c.SessionState(
             name=self.spec.name,
             agent=self.spec.agent_name,
@@ -316,6 +321,12 @@ class Host:
         self.turn = None
         answer = verdicts.turn_result(turn.entries) or self.log.last_text
         turn.result = answer if how in c.COMPLETED_TURNS else None
+        sent = turn.typed[:-1] if turn.enter else turn.typed  # the last one's Enter not yet
+        if how in c.COMPLETED_TURNS and sent:
+            self.owed = verdicts.queued_after(turn.entries, sent)
+            new = sorted(messages.markers(self) - turn.markers)  # oldest first
+            ours = new[:1] if how == c.STOP_HOOK else []  # the marker that ended it
+            self.owed_markers, self.owed_since = turn.markers | frozenset(ours), now
         pid = self.pty.pid if self.pty is not None else None
         record = turn.finish(how, detail, self.log.session_id, pid, self.log.usage, error, paused)
         self.done_jobs.add(turn.request.job_id)

@@ -71,6 +71,8 @@ def turns(host: Host, now: float) -> None:
     if now < host.next_requests:
         return
     host.next_requests = now + REQUEST_SCAN
+    if host.owed and not owed_answered(host, now):
+        return
     if not host.ready and host.agent.ready(bytes(host.screen)):
         host.ready = True  # ready after a quiet spell: no new output to look at
         if host.state.state == c.STARTING:
@@ -87,6 +89,22 @@ def turns(host: Host, now: float) -> None:
     if req is None:
         return
     begin(host, req, now)
+
+
+def owed_answered(host: Host, now: float) -> bool:
+    """Whether the nudges the last turn left queued have had their turns (a new Stop
+    marker each), or :data:`READY_FALLBACK` has passed: a message typed sooner would
+    be queued behind them, and their Stop taken for its own."""
+    seen = markers(host) - host.owed_markers
+    host.owed_markers |= seen
+    host.owed = max(0, host.owed - len(seen))
+    if host.owed and now - host.owed_since < READY_FALLBACK:
+        return False
+    if host.owed:
+        host.note(f"{host.owed} queued nudge(s) not answered in {READY_FALLBACK:.0f} s: going on")
+    host.owed = 0
+    host.ready = True  # the Stop hook ran: the agent is back at its prompt
+    return True
 
 
 def markers(host: Host) -> frozenset[str]:

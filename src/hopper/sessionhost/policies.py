@@ -137,7 +137,9 @@ def idle(host: Host, turn: Turn, now: float) -> None:
         turn.event("nudge", nudge=turn.nudges, max_nudges=req.max_nudges, why="idle")
         turn.log(f"[hopper] nudge {turn.nudges}/{req.max_nudges}: idle for {quiet:.0f} s\n")
         host.note(f"job={req.job_id} turn={turn.number} nudge {turn.nudges}: idle")
-        keys = host.agent.type_prompt(policy.idle_nudge_text(req.idle_timeout).rstrip("\n"))
+        text = policy.idle_nudge_text(req.idle_timeout).rstrip("\n")
+        turn.typed.append(text)
+        keys = host.agent.type_prompt(text)
         if keys.endswith(b"\r"):
             keys, turn.enter = keys[:-1], b"\r"
         turn.typed_at = now

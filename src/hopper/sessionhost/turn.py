@@ -107,6 +107,7 @@ class Turn:
     enter: bytes = b""  # the Enter still to type after the paste
     typed_at: float = 0.0  # monotonic: when the message (or a nudge) was last typed
     nudges: int = 0  # idle nudges typed this turn
+    typed: list[str] = field(default_factory=list)  # ... their texts
     resumed: bool = False  # on_dead = "resume": the agent was restarted once this turn
     retype: bool = False  # ... and the message is to be typed again once it is ready
     marker_at: float | None = None  # monotonic: when the Stop hook's marker appeared
