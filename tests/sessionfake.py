@@ -7,7 +7,8 @@
 marker into ``$HOPPER_SESSION_DIR/markers/``. Special messages: ``slow``
 ticks until Esc; ``hang`` never answers (``hang-once`` answers in a resumed
 agent); ``quiet TEXT`` answers without a
-marker (the session log must end the turn); ``spend N`` logs a tool call
+marker (the session log must end the turn); ``hooked TEXT`` answers in the
+Stop hook's marker only, never in the log; ``spend N`` logs a tool call
 that used N output tokens (model ``fake-model``) and then ticks until Esc
 (a turn still going when its spend is known); ``fails N STATUS ...`` ends
 its reply with an API error (HTTP ``STATUS``, logged as Claude Code 2.1.330
@@ -73,6 +74,14 @@ class FakeAgent:
         except OSError:
             return []
 
+    def stop_answer(self, marker: Path) -> str | None:
+        try:
+            data = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            return None  # the markers of most messages hold the session id only
+        answer = data.get("last_assistant_message") if isinstance(data, dict) else None
+        return answer if isinstance(answer, str) else None
+
     def read_log(self, session_id: str | None, offset: int) -> FakeSlice:
         path = self.session_dir / "fake.log.jsonl"
         try:
@@ -110,6 +119,17 @@ def _answer(sid: str, n: int, text: str, marker: bool) -> None:
     if marker:
         folder = Path(os.environ["HOPPER_SESSION_DIR"]) / "markers"
         (folder / f"{time.time_ns()}-{n}.done").write_text(sid)
+
+
+def _hooked(sid: str, text: str) -> None:
+    """An answer shown and carried by the Stop hook's marker, but never logged (Claude
+    Code 2.1.197 at times)."""
+    reply = f"answer: {text}"
+    _out(f"\r\n{reply}\r\n")
+    _log({"type": "user", "sessionId": sid, "message": {"content": text}})
+    folder = Path(os.environ["HOPPER_SESSION_DIR"]) / "markers"
+    payload = {"session_id": sid, "last_assistant_message": reply}
+    (folder / f"{time.time_ns()}-hooked.done").write_text(json.dumps(payload))
 
 
 API_ERRORS = {429: "rate_limit", 401: "authentication_failed", 500: "server_error"}
@@ -205,6 +225,8 @@ def cli(argv: list[str]) -> int:
                 _api_error(sid, n, text, int(text.split()[2]))
             elif text.startswith("quiet "):
                 _answer(sid, n, text, marker=False)
+            elif text.startswith("hooked "):
+                _hooked(sid, text)
             elif text == "stall":
                 queued = _stall()
                 _answer(sid, n, text, marker=True)

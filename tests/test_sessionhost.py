@@ -99,6 +99,16 @@ def test_interrupt_ends_the_turn_and_the_next_message_runs_in_the_same_agent(
     assert (session.state() or _no).live
 
 
+def test_an_answer_only_the_stop_hook_carries_is_the_turns_result(session: Session) -> None:
+    """The log has the message but no answer (Claude Code 2.1.197 at times): the turn
+    ends by its marker once the log had its moment, with the hook's answer."""
+    session.start()
+    run = session.send("hooked no log")
+    end = session.ended(run)
+    assert end.ended == c.STOP_HOOK and end.result
+    assert (run / "result.md").read_text() == "answer: hooked no log\n"
+
+
 def test_a_nudge_queued_by_a_busy_agent_has_its_turn_before_the_next_message(
     session: Session,
 ) -> None:

@@ -249,3 +249,30 @@ def test_read_log_finds_the_conversation_under_projects(tmp_path: Path) -> None:
     got = agent.read_log(None, 0)
     assert got.entries == [{"type": "user"}] and got.path == folder / f"{sid}.jsonl"
     assert agent.read_log("../../etc/passwd", 0).entries == []
+
+
+def test_the_stop_hooks_answer_is_read_safely(tmp_path: Path) -> None:
+    """The answer the Stop hook carries (``last_assistant_message``): read capped and
+    never through a link; anything else is no answer."""
+    agent = agent_for(spec())
+    good = tmp_path / "stop-1.json"
+    good.write_text(json.dumps({"session_id": "s1", "last_assistant_message": "Noted."}))
+    assert agent.stop_answer(good) == "Noted."
+    link = tmp_path / "stop-2.json"
+    link.symlink_to(good)
+    assert agent.stop_answer(link) is None
+    cases = {
+        "none": json.dumps({"session_id": "s1"}),
+        "empty": json.dumps({"last_assistant_message": ""}),
+        "number": json.dumps({"last_assistant_message": 3}),
+        "list": "[]",
+        "broken": "{not json",
+        "huge": json.dumps({"last_assistant_message": "x" * (stophook.INPUT_CAP + 1)}),
+    }
+    for name, content in cases.items():
+        (tmp_path / name).write_text(content)
+        assert agent.stop_answer(tmp_path / name) is None, name
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert agent.stop_answer(fifo) is None  # refused without blocking
+    assert agent.stop_answer(tmp_path / "missing") is None

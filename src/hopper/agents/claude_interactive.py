@@ -51,7 +51,9 @@ from hopper.agents import stophook
 from hopper.agents.base import extra_args
 from hopper.agents.claude_config import config_dir, merge_config
 from hopper.agents.sessionlog import LogSlice, read_slice
+from hopper.errors import HopperError
 from hopper.store.atomic import write_atomic
+from hopper.store.saferead import read_json
 
 SETTINGS_FILE = "claude-settings.json"
 PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
@@ -141,6 +143,16 @@ class ClaudeInteractive:
     # -- after a turn
     def markers(self, session_dir: Path) -> list[Path]:
         return stop_markers(session_dir)
+
+    def stop_answer(self, marker: Path) -> str | None:
+        """``last_assistant_message`` of the Stop hook's input (Claude Code 2.1.197 at
+        times logs no assistant entry for a turn whose hook carries the answer)."""
+        try:
+            data = read_json(marker, stophook.INPUT_CAP)
+        except (OSError, HopperError):
+            return None
+        answer = data.get("last_assistant_message") if isinstance(data, dict) else None
+        return answer if isinstance(answer, str) and answer else None
 
     def read_log(self, session_id: str | None, offset: int) -> LogSlice:
         """New entries of the conversation's log after ``offset`` (empty: no log yet)."""

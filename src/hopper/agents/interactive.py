@@ -92,6 +92,11 @@ class InteractiveAgent(Protocol):
         """Stop-hook markers written so far, oldest first: one more = a turn ended."""
         ...
 
+    def stop_answer(self, marker: Path) -> str | None:
+        """The turn's answer as the Stop hook's ``marker`` carries it, if it does (read
+        capped, never through a link): where the session log lacks the answer."""
+        ...
+
     def read_log(self, session_id: str | None, offset: int) -> LogSlice:
         """The session log's new entries after ``offset`` (capped, never through a
         link); ``session_id`` None: the one argv() started."""

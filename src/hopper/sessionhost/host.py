@@ -320,13 +320,14 @@ class Host:
             self._output(now)  # what the terminal shows up to the end goes into the cast
         self.turn = None
         answer = verdicts.turn_result(turn.entries) or self.log.last_text
+        ended_by = sorted(messages.markers(self) - turn.markers)[:1] if how == c.STOP_HOOK else []
+        if answer is None and ended_by:  # the log lacks it: the hook may carry it
+            answer = self.agent.stop_answer(Path(ended_by[0]))
         turn.result = answer if how in c.COMPLETED_TURNS else None
         sent = turn.typed[:-1] if turn.enter else turn.typed  # the last one's Enter not yet
         if how in c.COMPLETED_TURNS and sent:
             self.owed = verdicts.queued_after(turn.entries, sent)
-            new = sorted(messages.markers(self) - turn.markers)  # oldest first
-            ours = new[:1] if how == c.STOP_HOOK else []  # the marker that ended it
-            self.owed_markers, self.owed_since = turn.markers | frozenset(ours), now
+            self.owed_markers, self.owed_since = turn.markers | frozenset(ended_by), now
         pid = self.pty.pid if self.pty is not None else None
         record = turn.finish(how, detail, self.log.session_id, pid, self.log.usage, error, paused)
         self.done_jobs.add(turn.request.job_id)
