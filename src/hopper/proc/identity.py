@@ -1,36 +1,90 @@
-"""Is this the same process? PID plus start time, against PID reuse."""
+"""Is this the same process? PID plus start time, against PID reuse.
+
+A start time is psutil's ``create_time()`` (the clock ticks since boot of
+``/proc/<pid>/stat`` plus the boot time of ``/proc/stat``), read here with
+one read of ``/proc/<pid>/stat``: the watcher asks it twice per start and
+``psutil.Process(pid).create_time()`` reads that file twice and /proc/stat
+twice (~0.1 ms a call here, ~0.03 ms this way). The boot time is read again
+at most every :data:`BOOT_TIME_REFRESH`: it moves with the wall clock (NTP),
+and a value cached for days would drift from psutil's past the tolerance.
+"""
 
 from __future__ import annotations
 
 import os
+import time
 
 import psutil
 
 # Start times are compared with this tolerance (seconds): psutil derives them
 # from clock ticks since boot, which is exact for one boot.
 START_TIME_TOLERANCE = 0.05
+BOOT_TIME_REFRESH = 1.0  # seconds (monotonic) a boot time read from /proc/stat is reused
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+STATE, STARTTIME = 0, 19  # fields of /proc/<pid>/stat after the command's ")"
+
+_boot: tuple[float, float] | None = None  # (boot time, monotonic time it was read)
+
+
+def _boot_time() -> float:
+    """The boot time in seconds since the epoch (/proc/stat's btime, as psutil's)."""
+    global _boot
+    now = time.monotonic()
+    if _boot is None or now - _boot[1] >= BOOT_TIME_REFRESH:
+        with open("/proc/stat", "rb") as f:
+            for line in f:
+                if line.startswith(b"btime"):
+                    _boot = (float(line.split()[1]), now)
+                    break
+            else:  # not Linux's /proc/stat: psutil knows where else to look
+                _boot = (psutil.boot_time(), now)
+    return _boot[0]
+
+
+def _stat(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name; None if no such
+    process. PermissionError if it exists but cannot be read."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    try:
+        data = os.read(fd, 4096)
+    except ProcessLookupError:
+        return None  # it exited between the open and the read
+    finally:
+        os.close(fd)
+    fields = data[data.rfind(b")") + 2 :].split()
+    return fields if len(fields) > STARTTIME else None
+
+
+def _started(fields: list[bytes]) -> float:
+    return int(fields[STARTTIME]) / CLOCK_TICKS + _boot_time()
 
 
 def start_time(pid: int) -> float | None:
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+    """When ``pid`` started (seconds since the epoch, as psutil's ``create_time``);
+    None if there is no such process or it cannot be read."""
+    if pid <= 0:
         return None
+    try:
+        fields = _stat(pid)
+    except PermissionError:
+        return None
+    return None if fields is None else _started(fields)
 
 
 def is_alive(pid: int | None, started: float | None) -> bool:
     """True if ``pid`` runs and started at ``started`` (a zombie counts as gone)."""
-    if pid is None or started is None:
+    if pid is None or started is None or pid <= 0:
         return False
     try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return bool(abs(proc.create_time() - started) <= START_TIME_TOLERANCE)
-    except (psutil.NoSuchProcess, psutil.ZombieProcess):
-        return False
-    except psutil.AccessDenied:
+        fields = _stat(pid)
+    except PermissionError:
         return True  # exists but not ours to inspect: do not judge it dead
+    if fields is None or fields[STATE] == b"Z":
+        return False
+    return abs(_started(fields) - started) <= START_TIME_TOLERANCE
 
 
 def send(pid: int, sig: int) -> bool:
