@@ -304,8 +304,10 @@ def _spare(server: forkclient.ForkServer, other_than: int | None = None) -> int:
 
     def idle(child: psutil.Process) -> bool:
         try:
-            return child.status() != psutil.STATUS_ZOMBIE and child.cwd() == "/"
-        except psutil.Error:
+            # Left the server (its own session): a child just forked is not waiting yet.
+            settled = os.getsid(child.pid) == child.pid
+            return settled and child.status() != psutil.STATUS_ZOMBIE and child.cwd() == "/"
+        except (psutil.Error, ProcessLookupError):
             return False  # exited meanwhile
 
     def waiting() -> bool:
