@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hopper.core.record import ExitStatus, Resources
-from hopper.proc import spawn
+from hopper.proc import protocol, spawn
 from hopper.proc.protocol import LIMITS, RESOURCE_KEYS, ExitRecord, LaunchSpec, ProtocolError
 
 
@@ -169,3 +169,25 @@ def test_the_real_supervisor_refuses_a_bad_spec_and_says_why(tmp_path: Path) -> 
     assert proc.stdout == b""  # no pid line: spawn.read_pid reports a broken handshake
     assert b"'grace' must be a number of seconds, got 'soon'" in proc.stderr
     assert not (tmp_path / "exit.json").exists()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": [1, 2.5, "x", null, true]}',
+        ' \n{"t": NaN, "u": Infinity, "v": -Infinity}\n',
+        b'{"a": "\\u00e9t\\u00e9"}\n',
+        '{"a": "\u00e9"}',
+    ],
+)
+def test_a_spec_line_parses_as_json_loads_does(text: str | bytes) -> None:
+    """protocol's own parse (_json's scanner, no json.decoder) reads what json.loads reads."""
+    assert repr(protocol._parse("x", text)) == repr(json.loads(text))
+
+
+@pytest.mark.parametrize("text", ["", "  ", '{"a": 1} x', '{"a": 1}{}', b"\xff{}", "{'a': 1}"])
+def test_what_json_loads_refuses_is_not_json(text: str | bytes) -> None:
+    with pytest.raises(ValueError):
+        json.loads(text)
+    with pytest.raises(ProtocolError, match=r"^x: not JSON"):
+        protocol._parse("x", text)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 LIMITS = ("memory", "output", "idle")  # ExitRecord.limit: what made the supervisor end the tree
@@ -116,19 +116,27 @@ _EXIT_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
 }
 
 
-def _validated(
+def _known(
     what: str, data: object, checks: dict[str, tuple[Callable[[object], bool], str]]
-) -> dict[str, Any]:
-    """``data`` as keyword arguments, after checking every key and value against ``checks``."""
+) -> None:
+    """Refuse anything but a JSON object whose keys are all in ``checks``."""
     if not isinstance(data, dict):
         raise ProtocolError(f"{what}: expected a JSON object, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(checks))
-    if unknown:
+    if not data.keys() <= checks.keys():
+        unknown = sorted(set(data) - set(checks))
         raise ProtocolError(
             f"{what}: unknown key(s) {', '.join(map(repr, unknown))}; "
             "the watcher and the supervisor come from different hopper versions: "
             "restart the watcher so both sides run the same code"
         )
+
+
+def _validated(
+    what: str, data: object, checks: dict[str, tuple[Callable[[object], bool], str]]
+) -> dict[str, Any]:
+    """``data`` as keyword arguments, after checking every key and value against ``checks``."""
+    _known(what, data, checks)
+    assert isinstance(data, dict)
     for key, value in data.items():
         check, expected = checks[key]
         if not check(value):
@@ -136,10 +144,46 @@ def _validated(
     return dict(data)
 
 
-def _parse(what: str, text: str | bytes) -> object:
+class _Decoding:
+    """What ``_json``'s scanner reads of a decoder: ``json.loads``'s defaults."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": -math.inf, "Infinity": math.inf, "NaN": math.nan}.__getitem__
+
+
+# json.loads without its Python layers (encoding detection, a regular expression
+# for the whitespace, the decoder's methods): a forked supervisor parses its spec
+# first, and every object it touches is a page it copies from the fork server.
+def _scanner() -> Callable[[str, int], tuple[object, int]] | None:
     try:
-        return json.loads(text)
-    except ValueError as exc:
+        from _json import make_scanner
+    except ImportError:  # not CPython: json.loads does it all
+        return None
+    scan: Callable[[str, int], tuple[object, int]] = make_scanner(_Decoding())  # type: ignore[arg-type]
+    return scan
+
+
+_scan = _scanner()
+
+
+def _parse(what: str, text: str | bytes) -> object:
+    """``json.loads(text)``: one JSON value, whitespace around it allowed."""
+    try:
+        if _scan is None:
+            return json.loads(text)
+        doc = (text.decode() if isinstance(text, bytes) else text).strip(" \t\n\r")
+        try:
+            value, end = _scan(doc, 0)
+        except StopIteration:
+            raise ValueError("Expecting value: line 1 column 1 (char 0)") from None
+        if end != len(doc):
+            raise ValueError(f"Extra data: char {end}")
+        return value
+    except ValueError as exc:  # UnicodeDecodeError and json's JSONDecodeError too
         raise ProtocolError(f"{what}: not JSON ({exc})") from None
 
 
@@ -179,11 +223,17 @@ class LaunchSpec:
     def from_json(cls, text: str | bytes) -> LaunchSpec:
         """Parse and check a spec line; :class:`ProtocolError` names what is wrong."""
         what = "launch spec (the supervisor's stdin)"
-        data = _validated(what, _parse(what, text), _SPEC_CHECKS)
-        missing = [f.name for f in fields(cls) if f.name in _REQUIRED_SPEC and f.name not in data]
+        data = _parse(what, text)
+        _known(what, data, _SPEC_CHECKS)
+        assert isinstance(data, dict)
+        missing = [name for name in _REQUIRED_SPEC if name not in data]
         if missing:
+            _validated(what, data, _SPEC_CHECKS)  # a wrong value is named first
             raise ProtocolError(f"{what}: missing {', '.join(missing)}")
-        return cls(**data)
+        try:
+            return cls(**data)  # its values are checked once, by __post_init__
+        except ProtocolError as exc:
+            raise ProtocolError(f"{what}{str(exc).removeprefix('launch spec')}") from None
 
 
 _REQUIRED_SPEC = ("argv", "cwd", "env", "log")

@@ -343,21 +343,26 @@ def _earliest(*deadlines: float | None) -> float | None:
     return min(present) if present else None
 
 
-_libc: ctypes.CDLL | None = None
+_prctl: ctypes._NamedFuncPointer | None = None  # libc's prctl, looked up once by warm()
 
 
 def warm() -> None:
-    """Load what every supervisor needs, once: the fork server calls this before forking."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
+    """Load what every supervisor needs, once: the fork server calls this before
+    forking (a ctypes function looked up in each forked supervisor would be made
+    there, objects and all)."""
+    global _prctl
+    if _prctl is None:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+        prctl.restype = ctypes.c_int
         gate.load()
+        _prctl = prctl
 
 
 def _become_subreaper() -> None:
     warm()
-    assert _libc is not None
-    if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    assert _prctl is not None
+    if _prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
 
 
