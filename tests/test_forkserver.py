@@ -79,6 +79,31 @@ def test_the_fork_server_wakes_the_watcher_with_sigchld(
     assert proc.wait(timeout=30) == 0
 
 
+def test_a_supervisor_says_done_once_its_exit_record_is_durable_before_it_is_reaped(
+    server: forkclient.ForkServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The `done PID` hint (supervise.tell_done) comes before the `exit` report, with
+    exit.json already in place: the watcher may file the job without waiting for the
+    supervisor's teardown and reaping."""
+    run_dir = tmp_path / "run"
+    gate = tmp_path / "gate"
+    proc = _start(server, run_dir, _gated(gate, 4))
+    assert isinstance(proc, forkclient.Forked)
+    heard: list[tuple[bytes, bool, bool]] = []  # message, exit.json there, handle done
+    report = server._report
+
+    def spy(msg: bytes) -> None:
+        report(msg)
+        if msg.split(b" ")[1:2] == [str(proc.pid).encode()]:
+            heard.append((msg.split(b" ")[0], (run_dir / "exit.json").exists(), proc.done))
+
+    monkeypatch.setattr(server, "_report", spy)
+    gate.touch()
+    assert proc.wait(timeout=30) == 0  # the supervisor's own status
+    assert heard == [(b"done", True, True), (b"exit", True, True)]
+    assert _exit(run_dir)["exit_code"] == 4
+
+
 def test_supervisors_outlive_a_killed_fork_server_which_the_next_start_replaces(
     server: forkclient.ForkServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -89,8 +89,14 @@ def _stop_that_acted(stop: Reason | None, status: ExitStatus) -> Reason | None:
 
 
 def _unreported(sup: spawn.Handle | None, generation: int) -> bool:
-    """A supervisor forked by the live fork server, which has not reported its exit."""
-    return isinstance(sup, Forked) and sup.returncode is None and sup.generation == generation
+    """A supervisor forked by the live fork server, which has not reported its exit
+    (nor that its exit.json is written: ``done``)."""
+    return (
+        isinstance(sup, Forked)
+        and sup.returncode is None
+        and not sup.done
+        and sup.generation == generation
+    )
 
 
 @dataclass(frozen=True)
@@ -318,7 +324,9 @@ class Supervised:
     def _supervisor_gone(self, job: Running) -> bool:
         supervisor = held(job).supervisor
         if supervisor is not None:
-            return supervisor.poll() is not None
+            # done: its exit.json is durable and it is exiting (forkclient.py)
+            done = isinstance(supervisor, Forked) and supervisor.done
+            return done or supervisor.poll() is not None
         rec = job.record
         return not identity.is_alive(rec.supervisor_pid, rec.supervisor_start_time)
 

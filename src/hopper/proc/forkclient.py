@@ -67,6 +67,9 @@ class Forked:
     ) -> None:
         self.pid = pid
         self.returncode: int | None = None
+        # Its exit.json is durable and it is exiting (the fork server passed on its
+        # hint): its job can be filed now; ``returncode`` comes with the reaping.
+        self.done = False
         # The server that forked it, which alone reports its exit (not the one
         # running now: a server lost after its pid answer was read never will).
         self.generation = generation
@@ -320,8 +323,14 @@ class ForkServer:
         self._report(msg)
 
     def _report(self, msg: bytes) -> None:
-        """``exit PID STATUS``: that supervisor has exited and was reaped."""
+        """``exit PID STATUS``: that supervisor has exited and was reaped; ``done
+        PID``: it has written its exit.json durably and is exiting (:attr:`Forked.done`)."""
         kind, pid, status = [*msg.split(b" "), b"", b""][:3]
+        if kind == b"done" and pid.isdigit() and not status:
+            handle = self._live.get(int(pid))
+            if handle is not None:
+                handle.done = True
+            return  # not made yet (answer() pending): its exit report will do
         if kind != b"exit" or not pid.isdigit() or not status.lstrip(b"-").isdigit():
             raise Lost(f"it sent {msg[:80]!r}, which is not a report")
         handle = self._live.pop(int(pid), None)

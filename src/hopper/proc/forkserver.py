@@ -25,7 +25,11 @@ message:
 - server -> watcher: ``pid N`` (the supervisor forked for the oldest
   request) or ``error TEXT`` (the fork failed), one per request, in order;
   and ``exit N STATUS`` once supervisor N has exited and been reaped (STATUS
-  is the raw wait status). After each reaping round the server also sends its
+  is the raw wait status); before it, as a rule, ``done N``: supervisor N
+  has written its exit.json durably and is exiting (a hint it sent on the
+  server's "done" socket, which spares the watcher the process's teardown
+  and the reaping; one lost or late changes nothing but the time). After
+  each reaping round, and each round of hints, the server also sends its
   parent, the watcher, a SIGCHLD: the watcher's loop wakes for it exactly as
   it did when each supervisor was its own child.
 - EOF (the watcher closed its end or died): the server exits. Supervisors it
@@ -111,6 +115,11 @@ class Server:
         self.ctrl = ctrl
         self.watcher = os.getppid()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # Supervisors' "done" hints (supervise.tell_done): exit.json durable, the
+        # process about to exit. Theirs is the write end, inherited (never by a job:
+        # close-on-exec); ours is read in the loop.
+        self.done_r, self.done_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.done_r.setblocking(False)
         self.spare: tuple[int, socket.socket] | None = None  # its pid, our end of its socket
         self.refill_at: float | None = None  # monotonic time to fork the next spare
 
@@ -122,16 +131,20 @@ class Server:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         supervise.warm()  # what every child would load on its own, loaded once here
+        supervise.DONE = self.tell_done
         self.refill()
+        done = self.done_r.fileno()
         while True:
             due = self.refill_at
             timeout = None if due is None else max(0.0, due - time.monotonic())
-            ready, _, _ = select.select([self.ctrl.fileno(), self.wake_r], [], [], timeout)
+            ready, _, _ = select.select([self.ctrl.fileno(), self.wake_r, done], [], [], timeout)
             if not ready:
                 self.refill()  # the server was quiet for REFILL_QUIET (or a retry is due)
                 continue
             if self.spare is None:  # not while starts and exits come in
                 self._refill_later(REFILL_QUIET)
+            if done in ready and not self.done():  # before the reaping: `done` precedes `exit`
+                return 0
             if self.wake_r in ready:
                 self._drain_wakeups()
                 if not self.reap():
@@ -203,6 +216,7 @@ class Server:
         _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
         os.close(self.wake_r)
         os.close(self.wake_w)
+        self.done_r.close()  # the write end stays: supervise.tell_done
         self.ctrl.close()
         if self.spare is not None:
             self.spare[1].close()  # else the spare would not see EOF when the server exits
@@ -286,6 +300,33 @@ class Server:
             sys.excepthook(*sys.exc_info())
         finally:
             _exit(code)
+
+    def tell_done(self) -> None:
+        """In a supervisor: its exit.json is durable, it exits now (a hint; dropped
+        when the socket is full or the server gone, never blocking)."""
+        try:
+            self.done_w.send(b"%d" % os.getpid(), socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+
+    def done(self) -> bool:
+        """Pass each supervisor's hint on as ``done PID``, then wake the watcher
+        (proc/forkclient.py: its job is filed from exit.json before the reaping).
+        False once the watcher has gone."""
+        told = False
+        while True:
+            try:
+                msg = self.done_r.recv(32)
+            except BlockingIOError:
+                break
+            if not msg.isdigit():
+                continue  # not a supervisor's
+            told = True
+            if not self.send(b"done " + msg):
+                return False
+        if told:
+            self.wake_watcher()
+        return True
 
     def reap(self) -> bool:
         """Report every supervisor that exited; wake the watcher. False once it has gone."""

@@ -65,6 +65,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 if TYPE_CHECKING or __package__:
     from hopper.proc import gate
     from hopper.proc.gate import Gated
@@ -262,7 +264,9 @@ class Supervisor(Reaper):
         started: bool,
         error: str | None = None,
         resources: Figures | None = None,
-    ) -> None:
+    ) -> bool:
+        """exit.json written, atomically and durably (retried until it lands);
+        False if the run directory was deleted first (nowhere to put it)."""
         code = sig = None
         if self.status is not None:
             if os.WIFEXITED(self.status):
@@ -291,10 +295,10 @@ class Supervisor(Reaper):
                 # Deleted under us: no record can land, and the watcher files the
                 # job lost by itself; retrying would only spin.
                 sys.stderr.write(f"hopper supervisor {self.run_dir}: run directory deleted\n")
-                return
+                return False
             try:
                 self.files.replace(EXIT_FILE, data, durable=True)
-                break
+                return True
             except OSError as exc:
                 # Disk full or a transient I/O error: the exit status is the one
                 # thing recovery cannot reconstruct, so keep trying until it lands.
@@ -430,8 +434,23 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
     figures = sup.meter.final_figures(sup.leftovers_killed)
     if sup.limit == "output":
         sup.meter.cut_log()
-    sup.record(started=True, resources=figures)
+    if sup.record(started=True, resources=figures):
+        tell_done()
     return 0
+
+
+# Set by the fork server in its forked supervisors (proc/forkserver.py's
+# ``Server.tell_done``): once exit.json is durable, a supervisor says so before
+# it exits, so the watcher files the job without waiting for this process's
+# teardown (~1 ms for a forked Python) and the reaping. None when booted by path.
+DONE: Callable[[], None] | None = None
+
+
+def tell_done() -> None:
+    """exit.json is durable and nothing is left to do: tell the fork server (a
+    hint: its ``exit`` report after the reaping still comes; never blocks)."""
+    if DONE is not None:
+        DONE()
 
 
 if __name__ == "__main__":
