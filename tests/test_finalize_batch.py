@@ -139,3 +139,33 @@ def test_a_prompt_is_filed_into_existing_folders_without_making_them_again(
     filed = file_terminal(layout, *third, Reason.LOST, "gone", NOW)
     assert os.listdir(target) == []
     assert filed.processed_path == f"processed/job3.{filed.id}.prompt.md"
+
+
+def test_a_job_admitted_without_env_is_filed_without_reading_its_files_again(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``env_free`` (the ids Intake admitted with no env values): neither admission.json
+    nor prompt.md is read again, the prompt is only made 0600; a job not named there
+    has both read as before (its prompt's own front matter may hold values)."""
+    from hopper.store import withhold
+
+    (free_dir, free), (other_dir, other) = running_job(layout, 1), running_job(layout, 2)
+    read: list[str] = []
+    real_read = withhold.read_bytes
+
+    def spy(path: Path, limit: int, **kw: object) -> bytes:
+        read.append(f"{path.parent.name}/{path.name}")
+        return real_read(path, limit)
+
+    monkeypatch.setattr(withhold, "read_bytes", spy)
+    endings = [
+        (d, r, ending(layout, r, Reason.COMPLETED, "exit 0", NOW, 1.0, ExitFigures(0, None)))
+        for d, r in ((free_dir, free), (other_dir, other))
+    ]
+    filed = file_terminals(layout, endings, NOW, {free.id})
+    assert [r.state for r in filed if isinstance(r, JobRecord)] == [JobState.SUCCEEDED] * 2
+    assert read == [f"{other.id}/admission.json", f"{other.id}/prompt.md"]
+    for record in filed:
+        assert isinstance(record, JobRecord) and record.processed_path
+        mode = (layout.root / record.processed_path).stat().st_mode
+        assert stat.S_IMODE(mode) == 0o600

@@ -77,6 +77,10 @@ class Intake:
         self.agents = agents
         self.clock = clock
         self.ident = ident
+        # Jobs this watcher admitted with no env values (admission.json as it wrote
+        # it): their end does not read admission.json again to withhold values.
+        # A job adopted after a restart is not here, and is read as before.
+        self.env_free: set[str] = set()
 
     def take(self, path: Path) -> JobRecord | None:
         """Claim and admit one inbox file; None if another watcher got it first."""
@@ -144,6 +148,8 @@ class Intake:
         record = step.record
         # Before the queued record: a queued job has what its start needs (0600: env).
         write_admission(run_dir, verdict.start)
+        if not verdict.start.options.env:
+            self.env_free.add(record.id)
         # Not fsynced: if a power cut loses it, prompt.md and the claimed event are
         # still there and recovery completes the claim; the running record is durable.
         ledger.commit(run_dir, step, durable=False, crash="claim.after_record")
@@ -188,9 +194,10 @@ class Intake:
             )
             for t in ends
         ]
-        results = file_terminals(self.layout, planned, now)
+        results = file_terminals(self.layout, planned, now, self.env_free)
         for t, result in zip(ends, results, strict=True):
             if not isinstance(result, OSError):
+                self.env_free.discard(t.record.id)
                 log.log(
                     logging.INFO if t.record.state is JobState.RUNNING else logging.WARNING,
                     "job=%s state=%s->%s reason=%s detail=%s",

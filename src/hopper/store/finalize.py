@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -97,13 +97,17 @@ def ending(
 
 
 def file_terminals(
-    layout: Layout, endings: Sequence[tuple[Path, JobRecord, Ended]], now: datetime
+    layout: Layout,
+    endings: Sequence[tuple[Path, JobRecord, Ended]],
+    now: datetime,
+    env_free: Container[str] = (),
 ) -> list[JobRecord | OSError]:
     """End many jobs with one group commit: every terminal record is written and
     made durable together (store/ledger.py), then each prompt is moved. Per job,
     in order: the record as filed, or the OSError that stopped it (its job.json
     unchanged if the commit failed; terminal, prompt unmoved, if the move did:
-    recovery completes that)."""
+    recovery completes that). ``env_free``: ids of jobs whose admission.json the
+    caller wrote with no env values (store/withhold.py does not read it)."""
     entries = [
         ledger.Entry(run_dir, lifecycle.ended(record, fact)) for run_dir, record, fact in endings
     ]
@@ -118,7 +122,9 @@ def file_terminals(
         error = failed.get(id(entry))
         if error is None:
             try:
-                results.append(_move(layout, entry.run_dir, entry.step.record, now))
+                record = entry.step.record
+                free = record.id in env_free
+                results.append(_move(layout, entry.run_dir, record, now, env_free=free))
                 continue
             except OSError as exc:
                 error = exc
@@ -129,7 +135,9 @@ def file_terminals(
 _AFTER_RECORD = "finalize.after_record"
 
 
-def _move(layout: Layout, run_dir: Path, record: JobRecord, now: datetime) -> JobRecord:
+def _move(
+    layout: Layout, run_dir: Path, record: JobRecord, now: datetime, *, env_free: bool = False
+) -> JobRecord:
     """Move the prompt of a committed terminal ``record``; the record as filed
     (processed_path changed if the planned place was unusable)."""
     assert record.processed_path is not None
@@ -139,7 +147,7 @@ def _move(layout: Layout, run_dir: Path, record: JobRecord, now: datetime) -> Jo
         nonlocal filed
         filed = ledger.commit(run_dir, lifecycle.filed(filed, Filed(used, note)))
 
-    _file(layout, run_dir, record.processed_path, settle, now)
+    _file(layout, run_dir, record.processed_path, settle, now, env_free=env_free)
     crash_point("finalize.after_move")
     ledger.note(
         run_dir,
@@ -164,11 +172,17 @@ def move_prompt(layout: Layout, run_dir: Path, processed_rel: str) -> bool:
 
 
 def _file(
-    layout: Layout, run_dir: Path, rel: str, settle: Settle, now: datetime | None
+    layout: Layout,
+    run_dir: Path,
+    rel: str,
+    settle: Settle,
+    now: datetime | None,
+    *,
+    env_free: bool = False,
 ) -> str | None:
     """Withhold the job's env values, then move the prompt; the processed path it
     is at (None: there was none)."""
-    withhold_env(run_dir, run_dir.name)
+    withhold_env(run_dir, run_dir.name, env_free=env_free)
     planned = rel
     if parts_below(rel, "processed") is None:  # a record a job rewrote: never out of processed/
         planned = f"processed/{run_dir.name}{PROMPT_SUFFIX}"

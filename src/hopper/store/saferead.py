@@ -79,7 +79,10 @@ _NOT_REGULAR_HINT = (
 def read_bytes(
     path: Path, limit: int, *, dir_fd: int | None = None, hint: str = "", truncate: bool = False
 ) -> bytes:
-    """The bytes of the regular file ``path``: at most ``limit`` of them (see :func:`read_stat`)."""
+    """The bytes of the regular file ``path``: at most ``limit`` of them (see :func:`read_stat`;
+    by :func:`read_fast`'s five system calls where that applies)."""
+    if dir_fd is None and not truncate:
+        return read_fast(os.fspath(path), limit, hint=hint)[0]
     return read_stat(path, limit, dir_fd=dir_fd, hint=hint, truncate=truncate)[0]
 
 
@@ -156,7 +159,7 @@ def read_stat(
 _FAST_FLAGS = READ_FLAGS | os.O_NOCTTY
 
 
-def read_fast(path: str, limit: int) -> tuple[bytes, os.stat_result]:
+def read_fast(path: str, limit: int, *, hint: str = "") -> tuple[bytes, os.stat_result]:
     """:func:`read_stat`'s bytes and ``fstat`` of ``path``, with its guarantees and
     errors, in five system calls for the usual small file: ``lstat`` (a FIFO, socket
     or device is never opened), ``open`` with ``O_NOFOLLOW | O_NONBLOCK``, ``fstat``
@@ -170,12 +173,12 @@ def read_fast(path: str, limit: int) -> tuple[bytes, os.stat_result]:
     objects, second ``fstat`` and read to EOF cost four times this."""
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
-            return read_stat(Path(path), limit)  # refuses it, in its words
+            return read_stat(Path(path), limit, hint=hint)  # refuses it, in its words
         fd = os.open(path, _FAST_FLAGS)
     except FileNotFoundError:
         raise
     except OSError:
-        return read_stat(Path(path), limit)
+        return read_stat(Path(path), limit, hint=hint)
     try:
         st = os.fstat(fd)
         if stat.S_ISREG(st.st_mode) and st.st_size <= limit:
@@ -186,7 +189,7 @@ def read_fast(path: str, limit: int) -> tuple[bytes, os.stat_result]:
         pass
     finally:
         os.close(fd)
-    return read_stat(Path(path), limit)  # swapped, grown, shrunk, failed: look again
+    return read_stat(Path(path), limit, hint=hint)  # swapped, grown, shrunk, failed: look again
 
 
 def _too_big(path: Path, what: str, limit: int, hint: str, grew: bool = False) -> UnreadableFile:

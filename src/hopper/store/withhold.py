@@ -21,9 +21,10 @@ completion of a finalize goes through the same step):
 Each step is idempotent and the values are read from admission.json until
 step 3, so a crash between steps is finished by the next finalize attempt.
 A prompt.md a job replaced by something hopper does not read (a link, a
-FIFO, a file too big or not text) is left as it is: what the job put there
-is the job's, and so is what the job itself wrote (job.log, its working
-directory).
+FIFO, a file too big or not text) is left as it is (a regular one is made
+0600 without being read when the watcher admitted the job with no env
+values: there is nothing to replace): what the job put there is the job's,
+and so is what the job itself wrote (job.log, its working directory).
 """
 
 from __future__ import annotations
@@ -57,12 +58,18 @@ DERIVED = ("script.sh", "prompt.body.md", "agent.spec.json")
 _NO_ENV = b'"env":{}'  # as admission.json (pydantic's compact JSON) writes an empty env
 
 
-def withhold_env(run_dir: Path, job_id: str) -> None:
+def withhold_env(run_dir: Path, job_id: str, *, env_free: bool = False) -> None:
     """Withhold the job's env values from its prompt copy and admission.json.
 
+    ``env_free``: the caller admitted this job itself and its prompt had no env
+    values (:class:`hopper.intake.Intake` remembers which): there is nothing to
+    replace, so neither admission.json nor prompt.md is read again; the prompt
+    is only made 0600 (read and rewritten, as for any job, if that fails).
     Raises OSError (ENOSPC …) when a rewrite fails; the values are then still
     in admission.json for the next attempt.
     """
+    if env_free and make_private(run_dir / PROMPT_FILE):
+        return
     start = _admitted(run_dir, job_id)
     values = list(start.options.env.values()) if start else []
     _redact_prompt(run_dir / PROMPT_FILE, values)
