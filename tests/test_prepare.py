@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -72,3 +73,21 @@ def test_workdir_of(tmp_path: Path) -> None:
         workdir_of(_record(workdir="rel/dir"), run_dir)
     with pytest.raises(BadPrompt, match="does not exist"):
         workdir_of(_record(workdir=str(tmp_path / "missing")), run_dir)
+
+
+def test_inherited_environment_follows_the_watchers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kept between jobs, made again when os.environ changes; never the service's."""
+    from hopper.prepare import inherited_environment
+
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
+    monkeypatch.setenv("HOPPER_TEST_VAR", "one")
+    first = inherited_environment()
+    assert first["HOPPER_TEST_VAR"] == "one" and "NOTIFY_SOCKET" not in first
+    first["HOPPER_TEST_VAR"] = "changed by a caller"  # a copy: the next job's is intact
+    assert inherited_environment()["HOPPER_TEST_VAR"] == "one"
+    monkeypatch.setenv("HOPPER_TEST_VAR", "two")
+    assert inherited_environment()["HOPPER_TEST_VAR"] == "two"
+    monkeypatch.delenv("HOPPER_TEST_VAR")
+    assert "HOPPER_TEST_VAR" not in inherited_environment()
+    expected = {k: v for k, v in os.environ.items() if k not in SERVICE_ONLY_ENV}
+    assert inherited_environment() == expected

@@ -60,10 +60,32 @@ def scratch_dir(run_dir: Path) -> Path:
     Whatever a job planted at the name (a link) is replaced, never followed.
     """
     work = run_dir / WORK_DIR
+    try:
+        os.mkdir(work)  # the usual case, nothing there yet: one system call
+        return work
+    except FileExistsError:
+        pass
     if work.is_symlink() or (work.exists() and not work.is_dir()):
         work.unlink()
     work.mkdir(exist_ok=True)
     return work
+
+
+def inherited_environment() -> dict[str, str]:
+    """The watcher's environment minus the service manager's variables: a copy, made
+    again only when ``os.environ`` changed (compared by its raw mapping, at C speed:
+    decoding every variable per job cost more than the rest of the environment)."""
+    global _inherited
+    raw = getattr(os.environ, "_data", None)
+    if not isinstance(raw, dict):  # not CPython's os._Environ: no cache
+        return {k: v for k, v in os.environ.items() if k not in SERVICE_ONLY_ENV}
+    if _inherited is None or _inherited[0] != raw:
+        env = {k: v for k, v in os.environ.items() if k not in SERVICE_ONLY_ENV}
+        _inherited = (dict(raw), env)
+    return dict(_inherited[1])
+
+
+_inherited: tuple[dict[object, object], dict[str, str]] | None = None
 
 
 def with_workspace(layout: Layout, record: JobRecord) -> JobRecord:
@@ -204,6 +226,8 @@ def prepare(
     cwd = prep.workdir or workdir
     if cwd == run_dir / WORK_DIR:  # not for a session job, which runs in its session's
         scratch_dir(run_dir)
-    env = job_environment(layout, config, record, run_dir, prep, spec.options.env, os.environ)
     own = job_environment(layout, config, record, run_dir, prep, spec.options.env, {})
+    # the same as job_environment(..., os.environ): later entries win, keys in order
+    env = inherited_environment()
+    env.update(own)
     return Prepared(prep, cwd, env, own)
