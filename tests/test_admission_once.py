@@ -124,3 +124,38 @@ def test_read_admission(tmp_path: Path) -> None:
     write_admission(tmp_path, start)  # replaces the link, never writes through it
     assert not (tmp_path / ADMISSION_FILE).is_symlink()
     assert read_admission(tmp_path, "j1", 1 << 20) == start
+
+
+def test_the_first_admission_is_made_in_place_and_a_failed_write_leaves_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim's admission.json is made exclusively at its name (no temporary, no
+    rename); one already there (recovery completing a claim) is replaced atomically;
+    a write that fails (a full disk) removes the file it made and raises."""
+    from hopper.store import admission, atomic
+
+    first = StartSpec.of("j1", parse(b"+++\n+++\nfirst\n"))
+    second = StartSpec.of("j1", parse(b"+++\n+++\nsecond\n"))
+    renamed: list[str] = []
+    real_replace = atomic.os.replace
+
+    def replace(src: str, dst: str, **kw: int) -> None:
+        renamed.append(dst)
+        real_replace(src, dst, **kw)
+
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    write_admission(tmp_path, first)
+    assert renamed == [] and read_admission(tmp_path, "j1", 1 << 20) == first
+    write_admission(tmp_path, second)
+    assert renamed == [ADMISSION_FILE] and read_admission(tmp_path, "j1", 1 << 20) == second
+
+    full = tmp_path / "full"
+    full.mkdir()
+
+    def no_space(fd: int, data: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(admission.os, "write", no_space)
+    with pytest.raises(OSError, match="No space"):
+        write_admission(full, first)
+    assert list(full.iterdir()) == []

@@ -10,10 +10,11 @@ prompt.md, so an edited prompt.md cannot change what runs.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from hopper.core.admission import StartSpec
-from hopper.store.atomic import write_atomic
+from hopper.store.atomic import open_dir, write_atomic
 from hopper.store.saferead import UnreadableFile, read_model
 
 ADMISSION_FILE = "admission.json"
@@ -30,15 +31,47 @@ def admission_limit(max_prompt_bytes: int) -> int:
 
 
 def write_admission(run_dir: Path, start: StartSpec) -> None:
-    """Write ``admission.json`` (0600, atomic; not fsynced, like the queued record).
+    """Write ``admission.json`` (0600; not fsynced, like the queued record).
 
     Written before the queued job.json, so a queued record normally has one;
-    a power cut can still lose it (see :func:`read_admission`).
+    a power cut can still lose it (see :func:`read_admission`). Nothing reads
+    it before there is a queued record (start, withhold), so the claim's first
+    one is written in place, made exclusively (no temporary, no rename); a
+    crash while writing it leaves no record, and recovery's claim completion
+    replaces it atomically like anything already at the name.
     """
     data = start.model_dump_json().encode()
+    if _write_new(run_dir, data):
+        return
     write_atomic(
         run_dir / ADMISSION_FILE, data, durable=False, follow_parent=False, mode=ADMISSION_MODE
     )
+
+
+def _write_new(run_dir: Path, data: bytes) -> bool:
+    """``data`` into a new admission.json (O_EXCL: never through a link); False if
+    something is already at the name. A failed write removes the file it made."""
+    dir_fd = open_dir(run_dir, follow=False)
+    try:
+        try:
+            fd = os.open(ADMISSION_FILE, _NEW_FLAGS, ADMISSION_MODE, dir_fd=dir_fd)
+        except FileExistsError:
+            return False
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except BaseException:
+            os.close(fd)
+            os.unlink(ADMISSION_FILE, dir_fd=dir_fd)
+            raise
+        os.close(fd)
+        return True
+    finally:
+        os.close(dir_fd)
+
+
+_NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class AdmissionUnusable(Exception):
