@@ -93,3 +93,22 @@ def test_inside_follows_symlinks(tmp_path: Path) -> None:
     assert inside(root, root / "ok")
     assert not inside(root, root / "out" / "passwd")
     assert not inside(root, root / ".." / "x")
+
+
+def test_run_dirs_are_kept_and_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same Path for a job's run directory each time; a bad id refused every time;
+    the kept answers cleared at RUN_DIRS_KEPT; two layouts of one root still equal."""
+    from hopper.store import layout as layout_module
+
+    monkeypatch.setattr(layout_module, "RUN_DIRS_KEPT", 3)
+    layout = Layout(tmp_path)
+    first = layout.run_dir("job-1")
+    assert first == tmp_path / "runs" / "job-1" and layout.run_dir("job-1") is first
+    assert layout.runs is layout.runs and layout.runs == tmp_path / "runs"
+    for bad in ("", "../x", ".hidden"):
+        with pytest.raises(PathEscapesRoot):
+            layout.run_dir(bad)
+    for n in range(2, 6):
+        assert layout.run_dir(f"job-{n}") == tmp_path / "runs" / f"job-{n}"
+    assert len(layout._run_dirs) <= 3
+    assert Layout(tmp_path) == layout and hash(Layout(tmp_path)) == hash(layout)

@@ -15,13 +15,17 @@ import errno
 import os
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path, PurePosixPath
 
 from hopper.errors import HopperError
 
 PROMPT_SUFFIX = ".prompt.md"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+RUN_DIRS_KEPT = 4096
 
 
 class PathEscapesRoot(ValueError):
@@ -57,28 +61,40 @@ def resolve_root(cli: str | None, env: Mapping[str, str], config_root: str | Non
 @dataclass(frozen=True)
 class Layout:
     root: Path
+    # run_dir's answers, kept: the watcher asks for a job's run directory ~8 times
+    # over the job's life, and each new Path is a parse and a join (and its str
+    # made again). Bounded: cleared at RUN_DIRS_KEPT entries.
+    _run_dirs: dict[str, Path] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
-    @property
+    @cached_property
     def inbox(self) -> Path:
         return self.root / "inbox"
 
-    @property
+    @cached_property
     def runs(self) -> Path:
         return self.root / "runs"
 
-    @property
+    @cached_property
     def processed(self) -> Path:
         return self.root / "processed"
 
-    @property
+    @cached_property
     def state_dir(self) -> Path:
         """hopper's private bookkeeping (locks, watcher records)."""
         return self.root / ".hopper"
 
     def run_dir(self, job_id: str) -> Path:
+        found = self._run_dirs.get(job_id)
+        if found is not None:
+            return found
         if not job_id or "/" in job_id or job_id.startswith("."):
             raise PathEscapesRoot(f"{job_id!r} is not a job id")
-        return self.runs / job_id
+        if len(self._run_dirs) >= RUN_DIRS_KEPT:
+            self._run_dirs.clear()
+        found = self._run_dirs[job_id] = self.runs / job_id
+        return found
 
     def ensure(self) -> None:
         for path in (self.inbox, self.runs, self.processed, self.state_dir):
