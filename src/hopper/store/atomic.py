@@ -126,11 +126,16 @@ def append_line(path: Path, line: bytes) -> None:
     the file; a symlink, FIFO or directory at ``path`` is moved aside and a
     fresh file started.
     """
+    append_line_in(path.parent, path.name, line)
+
+
+def append_line_in(folder: Path, name: str, line: bytes) -> None:
+    """:func:`append_line` to ``folder``/``name`` (no Path made for the file)."""
     if not line.endswith(b"\n"):
         line += b"\n"
-    dir_fd = open_dir(path.parent, follow=False)
+    dir_fd = open_dir(folder, follow=False)
     try:
-        fd = open_regular(path.name, dir_fd, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        fd = open_regular(name, dir_fd, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, line)
         finally:

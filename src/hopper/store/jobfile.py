@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hopper.errors import JobFileCorrupt
-from hopper.store.atomic import append_line, open_regular, write_atomic
+from hopper.store.atomic import append_line_in, open_regular, write_atomic
 from hopper.store.saferead import (
     RECORD_LIMIT,
     SMALL_LIMIT,
@@ -109,7 +109,7 @@ def read_resources(run_dir: Path) -> Resources | None:
 
 def append_event(run_dir: Path, event: str, now: datetime, **fields: Any) -> None:
     """One JSON object on one line: ``{"ts": …, "event": …, …fields}``."""
-    append_line(run_dir / EVENTS_FILE, event_line(event, now, fields))
+    append_line_in(run_dir, EVENTS_FILE, event_line(event, now, fields))
 
 
 def event_line(event: str, now: datetime, fields: Mapping[str, Any]) -> bytes:

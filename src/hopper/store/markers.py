@@ -108,14 +108,19 @@ def request_priority(run_dir: Path, priority: int) -> Path:
     return path
 
 
+_TAKEN = f".{PRIORITY_FILE}.taken"
+
+
 def take_priority_request(run_dir: Path) -> int | str | None:
     """The requested priority; a string saying what was wrong; None if there is no request."""
-    path = run_dir / PRIORITY_FILE
-    taken = run_dir / f".{PRIORITY_FILE}.taken"
+    # Looked for in every queued job once a pass: the names as strings, Paths only
+    # for a request that is there.
+    folder = os.fspath(run_dir)
     try:
-        os.rename(path, taken)
+        os.rename(f"{folder}/{PRIORITY_FILE}", f"{folder}/{_TAKEN}")
     except FileNotFoundError:
         return None
+    taken = run_dir / _TAKEN
     try:
         text = read_bytes(taken, PRIORITY_LIMIT).decode("utf-8", errors="replace").strip()
     except FileNotFoundError:
