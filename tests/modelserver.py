@@ -327,6 +327,11 @@ class ModelServer:
         with self._lock:
             self._queue.extend(turns)
 
+    def clear(self) -> None:
+        """Drop the replies not served yet (what an interrupted turn never asked for)."""
+        with self._lock:
+            self._queue.clear()
+
     def pending(self) -> int:
         with self._lock:
             return sum(t.times if t.kind == "error" else 1 for t in self._queue)

@@ -122,7 +122,6 @@ def test_a_turn_past_its_max_tokens_is_stopped_budget_exceeded_and_the_session_g
         [
             tool("true", usage={"output_tokens": 5000}),
             text("tick " * 200, delay=0.5, chunks=200),
-            text("after"),
         ]
     )
     over = prompt(agent, "Run true", session="chat", workdir=str(work), max_tokens=1000)
@@ -138,6 +137,9 @@ def test_a_turn_past_its_max_tokens_is_stopped_budget_exceeded_and_the_session_g
     assert "raise max_tokens in the front matter or [agents.claude]" in done.detail
     turn = c.read_turn_end(run)
     assert turn is not None and turn.ended == c.BUDGET
+    # Whether Claude asked for the slow answer before the interrupt reached it is a
+    # race (seen: it had not, and the next message got the 100 s answer): dropped.
+    srv.clear()
     next_message_runs_in(layout, agent, work, done.pid)
 
 
