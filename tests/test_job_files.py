@@ -26,7 +26,7 @@ from hopper.config import Config
 from hopper.core.admission import StartSpec
 from hopper.core.prompt import parse
 from hopper.core.record import JobRecord
-from hopper.prepare import prepare
+from hopper.prepare import in_scratch, prepare
 from hopper.proc import spawn
 from hopper.proc.protocol import LaunchSpec, ProtocolError
 from hopper.proc.rundir import RunDir
@@ -126,6 +126,105 @@ def test_a_file_in_a_deleted_run_directory_is_an_error_naming_it(tmp_path: Path)
     os.close(files.fd)
 
 
+def _launch_in(run_dir: Path, cwd: Path, script: str) -> tuple[spawn.Supervisor, int]:
+    """A job whose cwd (``runs/<id>/work/``) its supervisor makes (``make_cwd``)."""
+    spec = LaunchSpec(
+        argv=["bash", "--noprofile", "--norc", "-c", script],
+        cwd=str(cwd),
+        env={"PATH": os.environ["PATH"]},
+        log=str(run_dir / "job.log"),
+        grace=0.5,
+        make_cwd=True,
+    )
+    proc = spawn.launch(run_dir, spec)
+    return proc, spawn.read_pid(proc)
+
+
+def test_the_supervisor_makes_work_before_the_release_and_the_job_runs_there(
+    tmp_path: Path,
+) -> None:
+    work = tmp_path / "work"
+    proc, _ = _launch_in(tmp_path, work, "pwd; touch here")
+    wait_for(work.is_dir, what="work/ before the release")
+    assert not (work / "here").exists()  # not run yet
+    spawn.release(proc)
+    assert _exit_record(tmp_path, proc)["started"] is True
+    assert (tmp_path / "job.log").read_text() == f"{work}\n" and (work / "here").exists()
+
+
+def test_a_work_directory_already_there_is_kept(tmp_path: Path) -> None:
+    """A run directory from before (an older hopper's, an earlier attempt's) has work/."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "earlier").write_text("kept\n")
+    proc, _ = _launch_in(tmp_path, work, "cat earlier")
+    spawn.release(proc)
+    assert _exit_record(tmp_path, proc)["started"] is True
+    assert (tmp_path / "job.log").read_text() == "kept\n"
+
+
+@pytest.mark.parametrize("planted", ["symlink", "file"])
+def test_a_link_or_file_planted_at_work_is_moved_aside_never_followed(
+    tmp_path: Path, planted: str
+) -> None:
+    run_dir, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run_dir.mkdir()
+    elsewhere.mkdir()
+    work = run_dir / "work"
+    if planted == "symlink":
+        work.symlink_to(elsewhere)
+    else:
+        work.write_text("not a directory\n")
+    proc, _ = _launch_in(run_dir, work, "pwd -P; touch here")
+    spawn.release(proc)
+    assert _exit_record(run_dir, proc)["started"] is True
+    assert work.is_dir() and not work.is_symlink()
+    assert (run_dir / "job.log").read_text() == f"{work.resolve()}\n"
+    assert (work / "here").exists() and list(elsewhere.iterdir()) == []
+    (aside,) = run_dir.glob(".work.displaced.*")
+    assert aside.is_symlink() if planted == "symlink" else aside.read_text() == "not a directory\n"
+
+
+def test_a_work_directory_that_cannot_be_made_refuses_the_job_saying_why(
+    tmp_path: Path,
+) -> None:
+    name = "w" * 300  # longer than the filesystem takes
+    proc, _ = _launch_in(tmp_path, tmp_path / name, "touch ran")
+    spawn.release(proc)
+    done = _exit_record(tmp_path, proc)
+    assert done["started"] is False
+    assert f"cannot make {name}/ in {tmp_path}: File name too long" in str(done["error"])
+    assert not (tmp_path / "ran").exists() and (tmp_path / "job.log").read_text() == ""
+
+
+def test_an_unwritable_run_directory_refuses_the_job_saying_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mkdir refused in the run directory (EACCES: a read-only one; the tests run as
+    root, whom a mode does not stop, so the refusal is injected): the job is refused
+    at the release with that reason, before its gate opens."""
+    from hopper.proc import supervise
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    spec = LaunchSpec(
+        argv=["true"], cwd=str(run_dir / "work"), env={}, log=str(run_dir / "l"), make_cwd=True
+    )
+    sup = supervise.Supervisor(str(run_dir), spec)
+
+    def refused(path: str, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(supervise.os, "mkdir", refused)
+    try:
+        error = sup.write_job_files()
+    finally:
+        os.close(sup.files.fd)
+    assert error.startswith("PermissionError: ")
+    assert f"cannot make work/ in {run_dir}: Permission denied" in error
+    assert not (run_dir / "work").exists()
+
+
 @pytest.mark.parametrize("name", ["../x.sh", "a/b", "", ".", ".."])
 def test_the_spec_refuses_a_file_name_outside_the_run_directory(name: str) -> None:
     line = json.dumps({"argv": ["true"], "cwd": "/", "env": {}, "log": "/l", "files": {name: ""}})
@@ -190,12 +289,15 @@ def _queued(layout: Layout, text: str, **fields: object) -> tuple[JobRecord, Pat
     return record, run_dir
 
 
-def test_work_is_made_only_for_a_job_that_runs_in_it(layout: Layout, tmp_path: Path) -> None:
+def test_work_is_not_made_by_the_watcher_and_only_for_a_job_that_runs_in_it(
+    layout: Layout, tmp_path: Path
+) -> None:
     config = Config()
     agents = builtin_agents(config)
     record, run_dir = _queued(layout, bash("true"))
-    assert prepare(layout, config, agents, record, run_dir).workdir == run_dir / "work"
-    assert (run_dir / "work").is_dir()
+    ready = prepare(layout, config, agents, record, run_dir)
+    assert ready.workdir == run_dir / "work" and in_scratch(ready.workdir, run_dir)
+    assert not (run_dir / "work").exists()  # its supervisor makes it (above)
     assert not (run_dir / "script.sh").exists()  # the job writes it (above)
 
     own = tmp_path / "own"
@@ -204,7 +306,8 @@ def test_work_is_made_only_for_a_job_that_runs_in_it(layout: Layout, tmp_path: P
     ready = prepare(
         layout, config, agents, record.model_copy(update={"workdir": str(own)}), run_dir
     )
-    assert ready.workdir == own and not (run_dir / "work").exists()
+    assert ready.workdir == own and not in_scratch(ready.workdir, run_dir)
+    assert not (run_dir / "work").exists()
 
 
 class _ElsewhereAgent:
@@ -223,4 +326,5 @@ def test_no_work_for_a_job_its_agent_runs_elsewhere(layout: Layout, tmp_path: Pa
     record, run_dir = _queued(layout, "do it\n", agent="elsewhere")
     agents = {"elsewhere": _ElsewhereAgent(tmp_path)}
     ready = prepare(layout, Config(), agents, record, run_dir)  # type: ignore[arg-type]
-    assert ready.workdir == tmp_path and not (run_dir / "work").exists()
+    assert ready.workdir == tmp_path and not in_scratch(ready.workdir, run_dir)
+    assert not (run_dir / "work").exists()

@@ -67,6 +67,8 @@ def test_workdir_of(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     assert workdir_of(_record(), run_dir) == run_dir / "work"
+    # a retry names the work/ its first start ran in, made again by its executor
+    assert workdir_of(_record(workdir=str(run_dir / "work")), run_dir) == run_dir / "work"
     assert workdir_of(_record(workdir=str(tmp_path)), run_dir) == tmp_path
     assert workdir_of(_record(workspace_path="/ws", workdir="rel"), run_dir) == Path("/ws")
     with pytest.raises(BadPrompt, match="is relative"):

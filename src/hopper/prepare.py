@@ -4,9 +4,10 @@ What every executor needs before it launches anything, and nothing about how
 it launches: the folder or worktree (``workspace.py``), the working
 directory, the agent adapter's argv and files, and the job's environment.
 The agent's files (a bash job's script.sh) are made from admission.json, and
-are not written here: the executor puts them in the run directory when it
-launches (a supervised job's supervisor writes them at the release, before exec:
-no inode of the watcher's per job; executors/supervised.py).
+are not written here, nor is ``runs/<id>/work/``: the executor puts them in the
+run directory when it launches (a supervised job's supervisor writes them and
+makes work/ at the release, before exec: no inode of the watcher's per job;
+executors/supervised.py).
 Raises :class:`WorkspaceFailed`, :class:`BadPrompt` or :class:`AdmissionLost`;
 the caller files the job as failed with that reason (``lost`` for the last).
 """
@@ -102,17 +103,26 @@ def with_workspace(layout: Layout, record: JobRecord) -> JobRecord:
     ).record
 
 
+def in_scratch(workdir: Path, run_dir: Path) -> bool:
+    """Whether a job runs in ``runs/<id>/work/``, which its executor then makes (a
+    supervised job's supervisor, at the release: no directory of the watcher's)."""
+    return workdir == run_dir / WORK_DIR
+
+
 def workdir_of(record: JobRecord, run_dir: Path) -> Path:
     """The job's working directory: its workspace, its ``workdir``, or ``runs/<id>/work/``
-    (not made here: only a job that runs there gets one, :func:`prepare`).
+    (not made here: only a job that runs there gets one, :func:`in_scratch`).
 
     Raises :class:`BadPrompt` for a relative or missing ``workdir``.
     """
     if record.workspace_path:
         return Path(record.workspace_path)
-    if not record.workdir:
-        return run_dir / WORK_DIR
     raw = record.workdir
+    scratch = run_dir / WORK_DIR
+    # A retry's record names the work/ its first start ran in: still its executor's to
+    # make (that start may have ended before its supervisor made it)
+    if not raw or raw == str(scratch):
+        return scratch
     if not (raw.startswith("/") or raw.startswith("~")):
         raise BadPrompt(
             f"workdir {raw!r} is relative", hint="give an absolute path or one starting with ~"
@@ -203,7 +213,8 @@ def prepare(
     run_dir: Path,
 ) -> Prepared:
     """The agent's preparation (its files not yet written), the working directory
-    (``runs/<id>/work/`` made only if the job runs there), the environment.
+    (``runs/<id>/work/`` not made here: by the executor, :func:`in_scratch`), the
+    environment.
 
     ``record`` already carries its workspace (:func:`with_workspace`); the
     prompt is the one admitted at claim (:func:`admitted_prompt`). Raises
@@ -224,8 +235,6 @@ def prepare(
     job = JobContext(record.id, record.name, run_dir, workdir, spec, values, budget)
     prep = agent.prepare(job)
     cwd = prep.workdir or workdir
-    if cwd == run_dir / WORK_DIR:  # not for a session job, which runs in its session's
-        scratch_dir(run_dir)
     own = job_environment(layout, config, record, run_dir, prep, spec.options.env, {})
     # the same as job_environment(..., os.environ): later entries win, keys in order
     env = inherited_environment()

@@ -43,6 +43,7 @@ from hopper.executors.session_start import (
     request_file,
     session_env,
 )
+from hopper.prepare import in_scratch, scratch_dir
 from hopper.proc import identity
 from hopper.running import Running, adopt
 from hopper.sessionhost import contract
@@ -85,6 +86,8 @@ class SessionExecutor:
             why = f"agent {record.agent!r} has no interactive mode here ({exc})"
             return Ended(record, run_dir, How.REJECTED, Reason.BAD_PROMPT, why)
         write_files(run_dir, launch.prep.files)  # as a supervised job's, for who reads them
+        if in_scratch(launch.workdir, run_dir):  # the session host runs there
+            scratch_dir(run_dir)
         config = self.ctx.config
         table = config.agents.get(record.agent) or AgentConfig()
         folder = self.folder(record)

@@ -49,6 +49,7 @@ from hopper.executors.slurm import (
 )
 from hopper.executors.slurm_start import SlurmStart, submit_work
 from hopper.executors.slurm_view import StateView, read_exit_file
+from hopper.prepare import in_scratch, scratch_dir
 from hopper.running import Running, adopt
 from hopper.store import ledger
 from hopper.store.atomic import write_files
@@ -120,6 +121,8 @@ class SlurmExecutor:
             return Deferred(record)  # a submission is real work: made with a slot only
         try:
             write_files(run_dir, prep.files)
+            if in_scratch(workdir, run_dir):  # the wrapper enters it on the compute node
+                scratch_dir(run_dir)
             wrapper = write_job_wrapper(run_dir, prep.argv, workdir)
             argv = sbatch_argv(
                 record.id,

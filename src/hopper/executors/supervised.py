@@ -38,6 +38,7 @@ from hopper.errors import JobFileCorrupt
 from hopper.executors.adopted import AdoptedWatch
 from hopper.executors.protocol import Context, Ended, How, Launch, Polled, Starting, Tick
 from hopper.faults import crash_point
+from hopper.prepare import in_scratch
 from hopper.proc import identity, spawn, treekill
 from hopper.proc.forkclient import Forked
 from hopper.running import Running, adopt
@@ -205,6 +206,7 @@ class Supervised:
             idle_timeout=prep.idle_timeout,
             long_gate=launch.ahead,  # released when a slot frees: maybe minutes from now
             files=command.files,  # written by the supervisor at the release (prepare.py)
+            make_cwd=in_scratch(launch.workdir, run_dir),  # work/: made by the supervisor too
         )
         # SpawnFailed is the shell's to judge (pending_starts.py: tried again or failed)
         pending = spawn.begin(run_dir, spec, self.pool)

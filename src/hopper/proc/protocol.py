@@ -97,6 +97,7 @@ _SPEC_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "run_dir": (_optional(_is_str), "a string or null"),
     "long_gate": (lambda v: isinstance(v, bool), "true or false"),
     "files": (_is_file_map, "an object of file names (no slash) to their text"),
+    "make_cwd": (lambda v: isinstance(v, bool), "true or false"),
 }
 
 _EXIT_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
@@ -212,6 +213,9 @@ class LaunchSpec:
     # start), before it opens the gate, without an fsync: they are made from
     # admission.json, which is what start runs (prepare.py).
     files: dict[str, str] = field(default_factory=dict)
+    # cwd is the run directory's work/ (the job names no workdir of its own): the
+    # supervisor makes it with the files, so the watcher makes no directory for it.
+    make_cwd: bool = False
 
     def __post_init__(self) -> None:
         _validated("launch spec", _fields(self), _SPEC_CHECKS)

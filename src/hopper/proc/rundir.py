@@ -127,6 +127,27 @@ class RunDir:
             why = f"cannot write {name} in {self.path}: {exc.strerror}"
             raise OSError(exc.errno, why) from None
 
+    def make_dir(self, name: str) -> None:
+        """The directory ``name`` (a job's ``work/``), made while the watcher commits
+        the start: one already there is kept (an earlier attempt's, a run directory
+        from before the supervisor made it); a link or anything else planted at the
+        name is moved aside to a hidden name, never followed. Raises OSError naming
+        the directory (EACCES, ENOSPC …)."""
+        try:
+            for _ in range(3):
+                try:
+                    os.mkdir(name, dir_fd=self.fd)
+                    return
+                except FileExistsError:
+                    if stat.S_ISDIR(os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_mode):
+                        return
+                aside = f".{name}.displaced.{os.getpid()}.{time.monotonic_ns()}"
+                os.rename(name, aside, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            raise OSError(errno.EEXIST, os.strerror(errno.EEXIST))
+        except OSError as exc:
+            why = f"cannot make {name}/ in {self.path}: {exc.strerror}"
+            raise OSError(exc.errno, why) from None
+
     def touch(self, name: str, left: Stamp | None) -> Stamp | None:
         """Move ``name``'s mtime to now if it is still the file we left (``left``,
         from :meth:`replace` or the last touch); its new stamp, or None: rewrite it.

@@ -15,8 +15,10 @@ when forked, pipes when booted) for exactly one handshake:
 3. The watcher records ``running`` with that pid in job.json, then sends
    ``go`` and the supervisor opens the gate. Meanwhile (right after its pid
    line) the supervisor has written the job's own files (``LaunchSpec.files``:
-   its script.sh, made from admission.json, not fsynced; one it cannot write
-   refuses the job at the ``go``, exit.json saying why). Anything else
+   its script.sh, made from admission.json, not fsynced) and made its working
+   directory when that is the run directory's ``work/`` (``make_cwd``); one it
+   cannot write or make refuses the job at the ``go``, exit.json saying why.
+   Anything else
    (or EOF: the watcher died) kills the unreleased job and records
    ``started: false``.
 
@@ -129,6 +131,7 @@ class Supervisor(Reaper):
         self.log = spec.log
         self.long_gate = spec.long_gate
         self.job_files = {name: text.encode() for name, text in spec.files.items()}
+        self.make_cwd = spec.make_cwd
         self.stop_signals = list(spec.stop_signals)
         grace = finite(spec.grace)
         self.grace = DEFAULT_GRACE if grace is None else grace
@@ -176,15 +179,32 @@ class Supervisor(Reaper):
         return job
 
     def write_job_files(self) -> str:
-        """The job's own files (its script.sh: LaunchSpec.files), written while the
-        watcher commits the start, before the release; "" or why not (exit.json's
-        ``error``, the job refused at the release)."""
+        """The job's own files (its script.sh: LaunchSpec.files) and its working
+        directory when that is the run directory's work/ (``make_cwd``), made while
+        the watcher commits the start, before the release (the gate enters the cwd
+        only then); "" or why not (exit.json's ``error``, the job refused at the
+        release)."""
         try:
+            if self.make_cwd:
+                self.make_workdir()
             for name, data in self.job_files.items():
                 self.files.put(name, data)
         except OSError as exc:
             return gate.describe(exc)
         return ""
+
+    def make_workdir(self) -> None:
+        """``cwd``, made: through the run directory's descriptor when it is a name in
+        it (work/, the usual case), else by its path (kept if it is a directory)."""
+        parent, name = os.path.split(self.cwd.rstrip("/"))
+        if parent == self.run_dir.rstrip("/"):
+            self.files.make_dir(name)
+            return
+        try:
+            os.mkdir(self.cwd)
+        except FileExistsError:
+            if not os.path.isdir(self.cwd):
+                raise
 
     def run(self) -> None:
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
@@ -406,9 +426,9 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
     error = ""
     try:
         os.write(1, b'{"pid": %d}\n' % sup.pid)
-        # The job's own files while the watcher commits `running`, off the start's path
-        # (a create costs up to ms here); a start refused after all leaves its script.sh
-        # behind, as the watcher's own writes before the start used to.
+        # The job's own files (and work/) while the watcher commits `running`, off the
+        # start's path (a create costs up to ms here); a start refused after all leaves
+        # its script.sh and work/ behind, as the watcher's own writes before the start did.
         error = sup.write_job_files()
         answer = _answer()
     except OSError:  # the watcher went away mid-handshake (reset, broken pipe): a no
