@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from hopper.cli.common import add_root_args, context
-from hopper.cli.logsetup import stderr_handler
+from hopper.cli.logsetup import lean_records, stderr_handler
 from hopper.watcher import Watcher
 
 
@@ -28,6 +28,7 @@ def register(sub: Any) -> None:
 def setup_logging(verbose: bool) -> None:
     """Log to stderr, one line a record (cli/logsetup.py: priorities for the journal)."""
     handler = stderr_handler(os.environ)
+    lean_records()
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     logging.getLogger("watchdog").setLevel(logging.WARNING)
 
