@@ -5,12 +5,17 @@ an older hopper, with a claim.json, read as before."""
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
+from hopper.core.states import JobState
 from hopper.store.claim import claim, read_claim, remove_empty_claim
 from hopper.store.jobfile import read_events
 from hopper.store.layout import Layout
+from inprocess import in_process, submit
 
 NOW = datetime(2026, 11, 26, 9, 30, tzinfo=UTC)
 
@@ -89,3 +94,38 @@ def test_an_empty_claim_is_removed_with_its_marker_and_nothing_else(tmp_path: Pa
     (run / "prompt.md").write_text("x")
     assert not remove_empty_claim(run)
     assert sorted(p.name for p in run.iterdir()) == ["events.jsonl", "prompt.md"]
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_claim_and_its_admission_open_the_run_directory_once(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim opens the new run directory (O_NOFOLLOW) once, right after its mkdir;
+    the claimed event, admission.json and the queued record go through that
+    descriptor, which Intake.take closes. A claim that loses the race closes it too."""
+    watcher, _, clock = in_process(layout)
+    prompt = submit(layout, clock, "job", '+++\nagent = "bash"\n+++\necho hi\n')
+    opened: list[str] = []
+    real_open = os.open
+
+    def spy(path: object, *args: object, **kw: object) -> int:
+        if kw.get("dir_fd") is None:
+            opened.append(os.fsdecode(path))  # type: ignore[arg-type]
+        return real_open(path, *args, **kw)  # type: ignore[arg-type]
+
+    before = _fds()
+    monkeypatch.setattr(os, "open", spy)
+    record = watcher.intake.take(prompt)
+    monkeypatch.undo()
+    assert record is not None and record.state is JobState.QUEUED
+    run_dir = layout.run_dir(record.id)
+    assert opened.count(str(run_dir)) == 1
+    assert [e["event"] for e in read_events(run_dir)] == ["claimed", "queued"]
+    assert (run_dir / "admission.json").is_file()
+    assert _fds() == before
+    gone = layout.inbox / "gone.prompt.md"
+    assert claim(layout, gone, NOW, "h1", "h1:42:1.5") is None  # nothing to move
+    assert _fds() == before

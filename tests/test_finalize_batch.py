@@ -169,3 +169,28 @@ def test_a_job_admitted_without_env_is_filed_without_reading_its_files_again(
         assert isinstance(record, JobRecord) and record.processed_path
         mode = (layout.root / record.processed_path).stat().st_mode
         assert stat.S_IMODE(mode) == 0o600
+
+
+def test_the_finalized_event_goes_through_the_descriptor_the_move_used(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run directory is opened by name twice per filed job: by the terminal
+    commit and by the move, whose descriptor (O_NOFOLLOW) the `finalized` event is
+    appended through. A job with no prompt left to move is noted by name as before."""
+    (run_dir, rec), (bare_dir, bare) = running_job(layout, 1), running_job(layout, 2)
+    (bare_dir / "prompt.md").unlink()
+    opened: list[str] = []
+    real_open = os.open
+
+    def spy(path: object, *args: object, **kw: object) -> int:
+        if kw.get("dir_fd") is None:
+            opened.append(os.fsdecode(path))  # type: ignore[arg-type]
+        return real_open(path, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", spy)
+    filed = file_terminal(layout, run_dir, rec, Reason.COMPLETED, "exit 0", NOW)
+    assert opened.count(str(run_dir)) == 2
+    assert [e["event"] for e in read_events(run_dir)] == ["finalized"]
+    assert read_events(run_dir)[0]["processed_path"] == filed.processed_path
+    file_terminal(layout, bare_dir, bare, Reason.COMPLETED, "exit 0", NOW)
+    assert [e["event"] for e in read_events(bare_dir)][-1] == "finalized"

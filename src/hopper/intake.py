@@ -8,6 +8,7 @@ file goes to processed/ like any other.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -87,7 +88,11 @@ class Intake:
         claimed = claim(self.layout, path, self.clock.now(), self.ident.host, self.ident.owner)
         if claimed is None:
             return None
-        return self.admit(claimed)
+        try:
+            return self.admit(claimed)
+        finally:
+            if claimed.dir_fd is not None:
+                os.close(claimed.dir_fd)
 
     def resume_claim(self, run_dir: Path) -> JobRecord:
         """Recovery: the prompt was renamed in but job.json never written."""
@@ -147,12 +152,14 @@ class Intake:
         step = lifecycle.admitted(base, Admitted(now, verdict.settings))
         record = step.record
         # Before the queued record: a queued job has what its start needs (0600: env).
-        write_admission(run_dir, verdict.start)
+        write_admission(run_dir, verdict.start, dir_fd=claimed.dir_fd)
         if not verdict.start.options.env:
             self.env_free.add(record.id)
         # Not fsynced: if a power cut loses it, prompt.md and the claimed event are
         # still there and recovery completes the claim; the running record is durable.
-        ledger.commit(run_dir, step, durable=False, crash="claim.after_record")
+        ledger.commit(
+            run_dir, step, durable=False, crash="claim.after_record", dir_fd=claimed.dir_fd
+        )
         log.info("job=%s state=queued name=%s agent=%s", record.id, record.name, record.agent)
         return record
 

@@ -30,7 +30,7 @@ def admission_limit(max_prompt_bytes: int) -> int:
     return _ESCAPE * max_prompt_bytes + _ENV_ROOM
 
 
-def write_admission(run_dir: Path, start: StartSpec) -> None:
+def write_admission(run_dir: Path, start: StartSpec, *, dir_fd: int | None = None) -> None:
     """Write ``admission.json`` (0600; not fsynced, like the queued record).
 
     Written before the queued job.json, so a queued record normally has one;
@@ -41,17 +41,19 @@ def write_admission(run_dir: Path, start: StartSpec) -> None:
     replaces it atomically like anything already at the name.
     """
     data = start.model_dump_json().encode()
-    if _write_new(run_dir, data):
+    if _write_new(run_dir, data, dir_fd):
         return
     write_atomic(
         run_dir / ADMISSION_FILE, data, durable=False, follow_parent=False, mode=ADMISSION_MODE
     )
 
 
-def _write_new(run_dir: Path, data: bytes) -> bool:
+def _write_new(run_dir: Path, data: bytes, held: int | None = None) -> bool:
     """``data`` into a new admission.json (O_EXCL: never through a link); False if
-    something is already at the name. A failed write removes the file it made."""
-    dir_fd = open_dir(run_dir, follow=False)
+    something is already at the name. A failed write removes the file it made.
+    ``held``: the run directory's descriptor (O_NOFOLLOW) the caller holds, else
+    it is opened here."""
+    dir_fd = open_dir(run_dir, follow=False) if held is None else held
     try:
         try:
             fd = os.open(ADMISSION_FILE, _NEW_FLAGS, ADMISSION_MODE, dir_fd=dir_fd)
@@ -68,7 +70,8 @@ def _write_new(run_dir: Path, data: bytes) -> bool:
         os.close(fd)
         return True
     finally:
-        os.close(dir_fd)
+        if held is None:
+            os.close(dir_fd)
 
 
 _NEW_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

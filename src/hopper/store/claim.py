@@ -29,6 +29,7 @@ from pathlib import Path
 from hopper.core.jobid import make_job_id, prompt_stem
 from hopper.faults import crash_point
 from hopper.store import ledger
+from hopper.store.atomic import open_dir
 from hopper.store.jobfile import CLAIM_FILE, EVENTS_FILE, PROMPT_FILE, first_event
 from hopper.store.layout import Layout
 from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_json
@@ -44,6 +45,9 @@ class Claimed:
     inbox_rel: str  # e.g. "inbox/team/fix tests.prompt.md"
     noted: bool = True  # its ``claimed`` event is written (False: run dirs of older hoppers)
     name_not_utf8: bool = False  # inbox_rel is a printable rendering of a non-UTF-8 name
+    # The run directory as claim() made it, opened O_NOFOLLOW right after its mkdir,
+    # for the admission's writes (no open by name each); whoever admits closes it.
+    dir_fd: int | None = None
 
 
 class ClaimFailed(OSError):
@@ -56,6 +60,7 @@ def claim(
     """Move ``prompt`` into a new run directory. None if another watcher won.
 
     Raises OSError (ENOSPC …) with nothing left behind but the untouched prompt.
+    The answer holds the run directory's descriptor (``dir_fd``): the caller closes it.
     """
     inbox_rel = layout.relative(prompt)
     name = prompt_stem(prompt.name)
@@ -66,24 +71,34 @@ def claim(
     shown = printable(inbox_rel)
     extra = {} if shown == inbox_rel else {"name_not_utf8": True}
     try:
-        ledger.note(run_dir, CLAIMED, now, inbox_path=shown, host=host, owner=owner, **extra)
+        dir_fd = open_dir(run_dir, follow=False)
     except OSError:
         _discard(run_dir)
         raise
     try:
-        os.rename(prompt, run_dir / PROMPT_FILE)
-    except OSError as exc:
-        _discard(run_dir)
-        if exc.errno == errno.ENOENT:
-            return None  # lost the race (or the file was deleted): nothing to do
-        raise ClaimFailed(
-            exc.errno, f"cannot move {prompt} into {run_dir}: {exc.strerror}"
-        ) from None
-    # Its front matter env may hold secrets: the watcher's own copy is 0600
-    # (a prompt another user owns keeps its mode; see docs/contract.md).
-    make_private(run_dir / PROMPT_FILE)
-    crash_point("claim.after_rename")
-    return Claimed(run_dir.name, run_dir, inbox_rel)
+        try:
+            ledger.note_in(dir_fd, CLAIMED, now, inbox_path=shown, host=host, owner=owner, **extra)
+        except OSError:
+            _discard(run_dir)
+            raise
+        try:
+            os.rename(prompt, run_dir / PROMPT_FILE)
+        except OSError as exc:
+            _discard(run_dir)
+            if exc.errno == errno.ENOENT:
+                os.close(dir_fd)
+                return None  # lost the race (or the file was deleted): nothing to do
+            raise ClaimFailed(
+                exc.errno, f"cannot move {prompt} into {run_dir}: {exc.strerror}"
+            ) from None
+        # Its front matter env may hold secrets: the watcher's own copy is 0600
+        # (a prompt another user owns keeps its mode; see docs/contract.md).
+        make_private(run_dir / PROMPT_FILE)
+        crash_point("claim.after_rename")
+    except BaseException:
+        os.close(dir_fd)
+        raise
+    return Claimed(run_dir.name, run_dir, inbox_rel, dir_fd=dir_fd)
 
 
 def _make_run_dir(layout: Layout, now: datetime, name: str) -> Path:

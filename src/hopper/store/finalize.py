@@ -147,16 +147,31 @@ def _move(
         nonlocal filed
         filed = ledger.commit(run_dir, lifecycle.filed(filed, Filed(used, note)))
 
-    _file(layout, run_dir, record.processed_path, settle, now, env_free=env_free)
-    crash_point("finalize.after_move")
-    ledger.note(
-        run_dir,
-        "finalized",
-        now,
-        state=filed.state,
-        reason=filed.reason,
-        processed_path=filed.processed_path,
-    )
+    noted = False
+
+    def finalized(run_fd: int | None = None) -> None:
+        fields = {
+            "state": filed.state,
+            "reason": filed.reason,
+            "processed_path": filed.processed_path,
+        }
+        if run_fd is None:
+            ledger.note(run_dir, "finalized", now, **fields)
+        else:
+            ledger.note_in(run_fd, "finalized", now, **fields)
+
+    def moved(run_fd: int) -> None:
+        # Through the run directory's descriptor the move used (opened O_NOFOLLOW):
+        # the event lands in the folder the prompt left, with no second open by name.
+        nonlocal noted
+        crash_point("finalize.after_move")
+        finalized(run_fd)
+        noted = True
+
+    _file(layout, run_dir, record.processed_path, settle, now, env_free=env_free, moved=moved)
+    if not noted:  # nothing moved now: the prompt was missing, or moved before a crash
+        crash_point("finalize.after_move")
+        finalized()
     return filed
 
 
@@ -179,9 +194,12 @@ def _file(
     now: datetime | None,
     *,
     env_free: bool = False,
+    moved: Callable[[int], None] | None = None,
 ) -> str | None:
     """Withhold the job's env values, then move the prompt; the processed path it
-    is at (None: there was none)."""
+    is at (None: there was none). ``moved``, if given, is called with the run
+    directory's descriptor right after the prompt is moved (not when it was
+    missing or moved already)."""
     withhold_env(run_dir, run_dir.name, env_free=env_free)
     planned = rel
     if parts_below(rel, "processed") is None:  # a record a job rewrote: never out of processed/
@@ -206,6 +224,8 @@ def _file(
                 if candidate != rel:
                     settle(candidate, f"; filed as {candidate}: {rel} was taken or unsafe")
                 os.rename(PROMPT_FILE, name, src_dir_fd=run_fd, dst_dir_fd=parent_fd)
+                if moved is not None:
+                    moved(run_fd)
                 return candidate
             finally:
                 os.close(parent_fd)

@@ -75,6 +75,7 @@ class Entry:
     run_dir: Path
     step: Step
     durable: bool = True
+    dir_fd: int | None = None  # run_dir opened O_NOFOLLOW by the caller, who closes it
 
 
 @dataclass
@@ -96,10 +97,16 @@ class _Staged:
 
 
 def commit(
-    run_dir: Path, step: Step, *, durable: bool = True, crash: str | None = None
+    run_dir: Path,
+    step: Step,
+    *,
+    durable: bool = True,
+    crash: str | None = None,
+    dir_fd: int | None = None,
 ) -> JobRecord:
-    """Commit one job's step; its record. Raises the OSError that stopped it."""
-    failed = commit_batch([Entry(run_dir, step, durable)], crash=crash)
+    """Commit one job's step; its record. Raises the OSError that stopped it.
+    ``dir_fd``: the run directory opened O_NOFOLLOW by the caller (who closes it)."""
+    failed = commit_batch([Entry(run_dir, step, durable, dir_fd)], crash=crash)
     if failed:
         raise failed[0].error
     return step.record
@@ -113,7 +120,9 @@ def commit_batch(entries: Sequence[Entry], *, crash: str | None = None) -> list[
     failed directory fsync fails every entry of that directory: their records
     are in place but not known to be durable, so nothing may act on them.
     """
-    dirs: dict[str, int] = {}
+    # run dirs the callers hold open (O_NOFOLLOW) and close themselves
+    held = {str(e.run_dir): e.dir_fd for e in entries if e.dir_fd is not None}
+    dirs: dict[str, int] = dict(held)
     staged: list[_Staged] = []
     standing: set[str] = set()  # run dirs whose standby this batch already writes
     failed: list[Failed] = []
@@ -146,8 +155,9 @@ def commit_batch(entries: Sequence[Entry], *, crash: str | None = None) -> list[
                 except OSError as exc:
                     failed.append(Failed(item.entry, exc))
     finally:
-        for fd in dirs.values():
-            os.close(fd)
+        for key, fd in dirs.items():
+            if key not in held:
+                os.close(fd)
     order = {id(e): i for i, e in enumerate(entries)}
     return sorted(failed, key=lambda f: order[id(f.entry)])
 
@@ -159,6 +169,12 @@ def _line(event: Event) -> bytes:
 def note(run_dir: Path, name: str, at: datetime, **fields: object) -> None:
     """Append one event that changes no record: ``{"ts": at, "event": name, **fields}``."""
     append_event(run_dir, name, at, **fields)
+
+
+def note_in(dir_fd: int, name: str, at: datetime, **fields: object) -> None:
+    """:func:`note` through a descriptor of the run directory the caller holds
+    (opened ``O_NOFOLLOW``): no second open of the directory by name."""
+    append_events(dir_fd, [event_line(name, at, fields)])
 
 
 def _stage(entry: Entry, dirs: dict[str, int], standing: set[str]) -> _Staged:
