@@ -103,6 +103,9 @@ def _run(way: str, tmp_path: Path) -> dict[str, object]:
         assert os.readlink(f"/proc/{job.pid}/exe") == os.path.realpath(sys.executable)  # not run
         assert job.release() == ""
         wait_for(lambda: os.readlink(f"/proc/{job.pid}/exe") == SLEEP, what="the exec")
+        # and done: the kernel shows the new exe before it closes the close-on-exec
+        # descriptors (begin_new_exec); once sleep sleeps, the exec is long over
+        wait_for(lambda: "nanosleep" in Path(f"/proc/{job.pid}/wchan").read_text(), what="sleep")
         seen = _process(job.pid)
         # What the test process leaves inheritable the program inherits either way (a
         # supervisor has none of its own to pass on): only 0, 1 and 2 are the start's.
