@@ -100,6 +100,27 @@ def test_a_launch_spec_round_trips(tmp_path: Path) -> None:
     assert (minimal.grace, minimal.sample_interval, minimal.stop_signals) == (10.0, 1.0, [15])
 
 
+def test_a_launch_specs_fields_are_checked_once_per_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built by the watcher (checked), sent with its run_dir (not built and checked
+    again: the whole environment, per job); the line is what from_json takes back."""
+    checked: list[str] = []
+    real = protocol._validated
+
+    def counted(what: str, data: object, checks: typing.Any) -> dict[str, typing.Any]:
+        checked.append(what)
+        return real(what, data, checks)
+
+    monkeypatch.setattr(protocol, "_validated", counted)
+    spec = dataclasses.replace(_spec(tmp_path, ["true"]), files={"script.sh": "true\n"})
+    checked.clear()
+    line = spawn._payload(tmp_path / "run", spec)
+    assert checked == []
+    assert LaunchSpec.from_json(line) == dataclasses.replace(spec, run_dir=str(tmp_path / "run"))
+    assert json.loads(spec.to_json())["run_dir"] is None  # the spec itself unchanged
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [

@@ -220,8 +220,14 @@ class LaunchSpec:
     def __post_init__(self) -> None:
         _validated("launch spec", _fields(self), _SPEC_CHECKS)
 
-    def to_json(self) -> str:
-        return json.dumps(_fields(self))
+    def to_json(self, run_dir: str | None = None) -> str:
+        """The spec as one JSON line; ``run_dir`` (a string, as the field must hold)
+        in place of its own: what ``dataclasses.replace`` would send, without
+        checking every field (the whole environment) a second time."""
+        data = _fields(self)
+        if run_dir is not None:
+            data["run_dir"] = run_dir
+        return json.dumps(data)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> LaunchSpec:

@@ -14,7 +14,6 @@ KillMode=process) and the fork server.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -78,7 +77,8 @@ Supervisor: TypeAlias = subprocess.Popen[bytes] | Forked  # what launch returns
 
 
 def _payload(run_dir: Path, spec: LaunchSpec) -> bytes:
-    return dataclasses.replace(spec, run_dir=str(run_dir)).to_json().encode() + b"\n"
+    # the spec with its run_dir, not made again: its fields were checked when it was built
+    return spec.to_json(run_dir=str(run_dir)).encode() + b"\n"
 
 
 def launch(run_dir: Path, spec: LaunchSpec, server: ForkServer | None = None) -> Supervisor:
