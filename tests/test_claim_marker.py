@@ -16,6 +16,7 @@ from hopper.store.claim import claim, read_claim, remove_empty_claim
 from hopper.store.jobfile import read_events
 from hopper.store.layout import Layout
 from inprocess import in_process, submit
+from opens import opened_by_name
 
 NOW = datetime(2026, 11, 26, 9, 30, tzinfo=UTC)
 
@@ -108,16 +109,8 @@ def test_a_claim_and_its_admission_open_the_run_directory_once(
     descriptor, which Intake.take closes. A claim that loses the race closes it too."""
     watcher, _, clock = in_process(layout)
     prompt = submit(layout, clock, "job", '+++\nagent = "bash"\n+++\necho hi\n')
-    opened: list[str] = []
-    real_open = os.open
-
-    def spy(path: object, *args: object, **kw: object) -> int:
-        if kw.get("dir_fd") is None:
-            opened.append(os.fsdecode(path))  # type: ignore[arg-type]
-        return real_open(path, *args, **kw)  # type: ignore[arg-type]
-
     before = _fds()
-    monkeypatch.setattr(os, "open", spy)
+    opened = opened_by_name(monkeypatch)
     record = watcher.intake.take(prompt)
     monkeypatch.undo()
     assert record is not None and record.state is JobState.QUEUED

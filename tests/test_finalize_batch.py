@@ -16,6 +16,7 @@ from hopper.store import finalize, ledger
 from hopper.store.finalize import ending, file_terminal, file_terminals
 from hopper.store.jobfile import read_events, read_record, write_record
 from hopper.store.layout import Layout
+from opens import opened_by_name
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
@@ -179,15 +180,7 @@ def test_the_finalized_event_goes_through_the_descriptor_the_move_used(
     appended through. A job with no prompt left to move is noted by name as before."""
     (run_dir, rec), (bare_dir, bare) = running_job(layout, 1), running_job(layout, 2)
     (bare_dir / "prompt.md").unlink()
-    opened: list[str] = []
-    real_open = os.open
-
-    def spy(path: object, *args: object, **kw: object) -> int:
-        if kw.get("dir_fd") is None:
-            opened.append(os.fsdecode(path))  # type: ignore[arg-type]
-        return real_open(path, *args, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "open", spy)
+    opened = opened_by_name(monkeypatch)
     filed = file_terminal(layout, run_dir, rec, Reason.COMPLETED, "exit 0", NOW)
     assert opened.count(str(run_dir)) == 2
     assert [e["event"] for e in read_events(run_dir)] == ["finalized"]
