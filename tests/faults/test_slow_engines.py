@@ -125,10 +125,12 @@ def state_of(layout: Layout, name: str) -> JobState | None:
     return None if record is None else record.state  # type: ignore[attr-defined]
 
 
-def dead(pid_file: Path) -> bool:
-    """The first command that wrote its pid there has ended (a line is written whole)."""
-    first = pid_file.read_text().split("\n")[0]
-    return first.isdigit() and not psutil.pid_exists(int(first))
+def dead(pid_file: Path, parent: int | None = None) -> bool:
+    """The first command that wrote its pid there (``PID [PPID]``, a line written whole)
+    has ended; with ``parent``, the first that process started."""
+    lines = [line.split() for line in pid_file.read_text().splitlines() if line.strip()]
+    mine = [f[0] for f in lines if parent is None or f[1:] == [str(parent)]]
+    return bool(mine) and mine[0].isdigit() and not psutil.pid_exists(int(mine[0]))
 
 
 def bash_jobs_run_meanwhile(layout: Layout, names: list[str]) -> None:
@@ -188,7 +190,7 @@ def fake_slurm(bin_dir: Path, state: Path) -> None:
     )
     script(
         bin_dir / "squeue",
-        f"if [ -e {hangs}/squeue-hangs ]; then echo $$ >> {hangs}/squeue.pid\n"
+        f'if [ -e {hangs}/squeue-hangs ]; then echo "$$ $PPID" >> {hangs}/squeue.pid\n'
         f"exec sleep {HANG}; fi\n"
         "echo \"squeue: unrecognized option '--json'\" >&2\nexit 1\n",
     )
@@ -377,10 +379,17 @@ def test_recovery_waits_on_a_hung_squeue_with_keepalives(
     first.kill()
     first.wait()
     (tmp_path / "squeue-hangs").touch()
-    watchers.start(env=env)
-    wait_for(lambda: (tmp_path / "squeue.pid").exists(), what="recovery's squeue hanging")
+    second = watchers.start(env=env)
+    pids = tmp_path / "squeue.pid"
+
+    def asked() -> bool:
+        return pids.exists() and f" {second.pid}" in pids.read_text()
+
+    wait_for(asked, what="recovery's squeue hanging")
     began = time.monotonic()
-    wait_for(lambda: dead(tmp_path / "squeue.pid"), what="the hung squeue killed")
+    # Only the second watcher's: a squeue the first had begun just before its SIGKILL
+    # may find the marker, hang, and outlive it (no one left to kill it at a deadline).
+    wait_for(lambda: dead(pids, second.pid), what="the hung squeue killed")
     ended = time.monotonic()
     assert ended - began < DEADLINE + 5.0, "not at its deadline"
     run_dir = run_dir_of(layout, "remote")
