@@ -12,6 +12,9 @@ import random
 from datetime import UTC, datetime
 from functools import cache
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hopper.core.queued import QueuedJobs
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState
@@ -114,3 +117,49 @@ def test_has_after_follows_sets_removals_and_replacements() -> None:
             else:
                 queued.pop(rec.id, None)
             assert queued.has_after() == any(r.after for r in queued.values()), seed
+
+
+def _apply(queued: QueuedJobs, op: tuple[str, int, int, int]) -> list[str] | None:
+    kind, i, priority, k = op
+    if kind == "set":
+        queued[record(i, priority).id] = record(i, priority)
+    elif kind == "session":
+        queued[record(i, priority, "s").id] = record(i, priority, "s")
+    elif kind == "del":
+        queued.pop(record(i).id, None)
+    elif kind == "clear":
+        queued.clear()
+    elif kind == "default":
+        queued.setdefault(record(i, priority).id, record(i, priority))
+    else:
+        return [r.id for r in queued.first(k)]
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["set", "set", "session", "del", "del", "clear", "default", "first"]),
+            st.integers(0, 30),
+            st.sampled_from([-2, 0, 0, 1, 5]),
+            st.integers(0, 40),
+        ),
+        max_size=120,
+    )
+)
+def test_first_with_its_front_equals_a_pass_under_any_changes(
+    ops: list[tuple[str, int, int, int]],
+) -> None:
+    """The front (entries first() took off the heap, kept between calls) never changes
+    the answer: after any sets, re-sets, removals and asks of any size, first(k) is
+    the pass over the queue. The asks interleave, so a front walked only in part, a
+    record set again before or after the front's last entry, and stale entries in
+    the front are all covered."""
+    queued = QueuedJobs()
+    for op in ops:
+        got = _apply(queued, op)
+        if got is not None:
+            assert got == by_pass(queued, op[3])
+    for k in (0, 1, 7, 64):
+        assert [r.id for r in queued.first(k)] == by_pass(queued, k)

@@ -39,13 +39,15 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter
 
 from hopper.core.budgets import Holds
 from hopper.core.record import JobRecord
-from hopper.core.sessions import session_free, turn_wait
+from hopper.core.sessions import turn_wait
 from hopper.core.states import ACTIVE_STATES, JobState, Reason
 
 BASH = "bash"
+ALL_BUSY = "all slots busy"
 
 
 @dataclass(frozen=True)
@@ -271,32 +273,38 @@ def schedule(
     busy = {r.session for r in running if r.session} | set(other.sessions)
     paused: set[str] = set()
     eligible: list[JobRecord] = []
-    for record in sorted(queued, key=lambda r: r.id):  # claim order, for sessions
-        if record.id in failing:
+    covers = pause.covers
+    why_held = holds.why
+    for record in sorted(queued, key=_claim_order):  # claim order, for sessions
+        job_id = record.id
+        if job_id in failing:
             continue
-        if record.session and record.session in pause.sessions:
-            busy.add(record.session)
-            paused.add(record.id)
-            why = pause.sessions[record.session]
-            waiting[record.id] = f"session {record.session} paused: {why}"
+        session = record.session
+        if session:  # a job of no session is never held by one
+            if session in pause.sessions:
+                busy.add(session)
+                paused.add(job_id)
+                why = pause.sessions[session]
+                waiting[job_id] = f"session {session} paused: {why}"
+                continue
+            session_busy = session in busy
+            busy.add(session)  # later jobs of this session wait behind this one
+            if job_id in waiting:
+                continue
+            if session_busy:
+                waiting[job_id] = turn_wait(session)
+                continue
+        elif job_id in waiting:
             continue
-        session_busy = not session_free(record.session, busy)
-        if record.session:
-            busy.add(record.session)  # later jobs of this session wait behind this one
-        if record.id in waiting:
+        if covers(record.group):
+            paused.add(job_id)
             continue
-        if session_busy and record.session:  # a job of no session is never busy
-            waiting[record.id] = turn_wait(record.session)
-            continue
-        if pause.covers(record.group):
-            paused.add(record.id)
-            continue
-        hold = holds.why(record.agent, record.group, record.session)  # None for bash
+        hold = why_held(record.agent, record.group, session)  # None for bash
         if hold is not None:
-            waiting[record.id] = held[record.id] = hold
+            waiting[job_id] = held[job_id] = hold
             continue
         if record.not_before is not None and record.not_before > now:
-            waiting[record.id] = "retry backing off"
+            waiting[job_id] = "retry backing off"
             continue
         eligible.append(record)
 
@@ -305,11 +313,16 @@ def schedule(
     per_group: Counter[str | None] = Counter(r.group for r in running)
     per_group.update(other.groups)
     start: list[str] = []
-    for record in sorted(eligible, key=lambda r: (-r.priority, r.id)):
+    # eligible is in claim order: a stable sort by priority, higher first, keeps it
+    # among equals, which is the start order (priority, then claim order)
+    ordered = sorted(eligible, key=_priority, reverse=True)
+    for n, record in enumerate(ordered):
+        if total >= limits.max_parallel:  # and so for every job after it: no slot is left
+            for rest in ordered[n:]:
+                waiting[rest.id] = ALL_BUSY
+            break
         group_limit = limits.for_group(record.group)
-        if total >= limits.max_parallel:
-            waiting[record.id] = "all slots busy"
-        elif per_agent[record.agent] >= limits.for_agent(record.agent):
+        if per_agent[record.agent] >= limits.for_agent(record.agent):
             waiting[record.id] = f"agent {record.agent} at its limit"
         elif group_limit is not None and per_group[record.group] >= group_limit:
             waiting[record.id] = f"group {record.group} at its limit"
@@ -319,3 +332,7 @@ def schedule(
             per_agent[record.agent] += 1
             per_group[record.group] += 1
     return Decision(start, failures, frozenset(paused), waiting, held)
+
+
+_claim_order = attrgetter("id")  # the id sorts by claim time
+_priority = attrgetter("priority")
