@@ -23,6 +23,7 @@ from hopper.core.lifecycle import Admitted, ExitFigures
 from hopper.core.owner import WatcherId
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import JobRecord
+from hopper.core.routing import plain_name
 from hopper.core.states import JobState, Reason
 from hopper.store import ledger, saferead
 from hopper.store.admission import write_admission
@@ -119,7 +120,7 @@ class Intake:
             )
         base = JobRecord(
             id=claimed.job_id,
-            name=prompt_stem(Path(inbox_rel).name),
+            name=prompt_stem(plain_name(inbox_rel)),
             state=JobState.QUEUED,
             agent=self.config.default_agent,
             host=self.ident.host,

@@ -29,9 +29,27 @@ class Match:
     values: dict[str, str]  # placeholder -> folder name
 
 
+def plain_parts(rel: str) -> tuple[str, ...]:
+    """``PurePosixPath(rel).parts``, without building the path when ``rel`` is
+    already in its normal form (relative, no empty or ``.`` part: the paths hopper
+    records), which is then ``rel.split("/")``; anything else is parsed as before."""
+    parts = rel.split("/")
+    if "" in parts or "." in parts:
+        return PurePosixPath(rel).parts
+    return tuple(parts)
+
+
+def plain_name(rel: str) -> str:
+    """``PurePosixPath(rel).name``, from the string when ``rel`` is plain (as above)."""
+    parts = rel.split("/")
+    if "" in parts or "." in parts:
+        return PurePosixPath(rel).name
+    return parts[-1]
+
+
 def subpath(inbox_rel: str) -> tuple[str, ...]:
     """``inbox/acme/app/x.prompt.md`` -> ``("acme", "app")``."""
-    parts = PurePosixPath(inbox_rel).parts
+    parts = plain_parts(inbox_rel)
     if parts[:1] == ("inbox",):
         parts = parts[1:]
     return tuple(parts[:-1])

@@ -81,8 +81,9 @@ def claim(
         except OSError:
             _discard(run_dir)
             raise
+        moved = run_dir / PROMPT_FILE
         try:
-            os.rename(prompt, run_dir / PROMPT_FILE)
+            os.rename(prompt, moved)
         except OSError as exc:
             _discard(run_dir)
             if exc.errno == errno.ENOENT:
@@ -93,7 +94,7 @@ def claim(
             ) from None
         # Its front matter env may hold secrets: the watcher's own copy is 0600
         # (a prompt another user owns keeps its mode; see docs/contract.md).
-        make_private(run_dir / PROMPT_FILE)
+        make_private(moved)
         crash_point("claim.after_rename")
     except BaseException:
         os.close(dir_fd)

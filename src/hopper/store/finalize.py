@@ -39,6 +39,7 @@ from pathlib import Path
 from hopper.core import lifecycle
 from hopper.core.lifecycle import Ended, ExitFigures, Filed
 from hopper.core.record import JobRecord
+from hopper.core.routing import plain_name
 from hopper.core.states import Reason
 from hopper.faults import crash_point
 from hopper.store import ledger, spend
@@ -92,7 +93,7 @@ def ending(
     exit: ExitFigures | None = None,
 ) -> Ended:
     """The lifecycle's terminal fact for ``record``, its prompt planned under processed/."""
-    planned = layout.relative(layout.processed_path(record.inbox_path, record.id))
+    planned = layout.processed_rel(record.inbox_path, record.id)
     return Ended(reason, detail, planned, finished_at, duration_seconds, exit)
 
 
@@ -204,7 +205,7 @@ def _file(
     planned = rel
     if parts_below(rel, "processed") is None:  # a record a job rewrote: never out of processed/
         planned = f"processed/{run_dir.name}{PROMPT_SUFFIX}"
-    if not os.path.lexists(run_dir / PROMPT_FILE):
+    if not os.path.lexists(f"{run_dir}/{PROMPT_FILE}"):
         if os.path.lexists(layout.root / planned):
             return planned  # moved before a crash
         settle(None, MISSING_NOTE)
@@ -218,7 +219,7 @@ def _file(
             if parent_fd is None:
                 continue  # leads through a link or a file
             try:
-                name = Path(candidate).name
+                name = plain_name(candidate)
                 if _occupied(name, parent_fd):
                     continue
                 if candidate != rel:
@@ -239,6 +240,22 @@ def _file(
 
 def _candidates(rel: str) -> Iterator[str]:
     """The planned place, numbered names beside it, then the same in processed/ itself."""
+    if _plain(rel):  # the first is then rel itself: no Path made unless it is taken
+        yield rel
+        rest = _candidates_parsed(rel)
+        next(rest)
+        yield from rest
+    else:
+        yield from _candidates_parsed(rel)
+
+
+def _plain(rel: str) -> bool:
+    """``rel`` is in PurePosixPath's normal form (relative, no empty or ``.`` part)."""
+    parts = rel.split("/")
+    return "" not in parts and "." not in parts
+
+
+def _candidates_parsed(rel: str) -> Iterator[str]:
     path = Path(rel)
     stem = path.name[: -len(PROMPT_SUFFIX)] if path.name.endswith(PROMPT_SUFFIX) else path.name
     top = Path(path.parts[0]) if path.parts else Path("processed")
@@ -252,7 +269,8 @@ def _open_parent(layout: Layout, rel: str) -> int | None:
     """A descriptor of ``rel``'s folder, made as needed, reached without following
     a link below the root; None if a component is a link or not a directory."""
     fd = os.open(layout.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    for part in Path(rel).parent.parts:
+    parents = rel.split("/")[:-1] if _plain(rel) else Path(rel).parent.parts
+    for part in parents:
         if part in ("", ".", "..") or "/" in part:  # "/": an absolute path
             os.close(fd)
             return None

@@ -100,8 +100,19 @@ class Layout:
         for path in (self.inbox, self.runs, self.processed, self.state_dir):
             path.mkdir(parents=True, exist_ok=True)
 
+    @cached_property
+    def _root_slash(self) -> str | None:
+        """The root's str and a slash; None for ``/`` (``//x`` is not below it)."""
+        text = str(self.root)
+        return None if text == "/" else f"{text}/"
+
     def relative(self, path: Path) -> str:
         """``path`` relative to the root, as recorded in job.json."""
+        # A Path's str is its normal form: one that starts with the root's and a
+        # slash is below it, and the rest of the string is relative_to's answer.
+        text, prefix = str(path), self._root_slash
+        if prefix is not None and text.startswith(prefix):
+            return text[len(prefix) :]
         return str(path.relative_to(self.root))
 
     def inbox_subpath(self, prompt: Path) -> Path:
@@ -115,6 +126,18 @@ class Layout:
         stem = rel.name[: -len(PROMPT_SUFFIX)] if rel.name.endswith(PROMPT_SUFFIX) else rel.name
         stem = _truncate_bytes(stem, 120)
         return self.processed / sub / f"{stem}.{job_id}{PROMPT_SUFFIX}"
+
+    def processed_rel(self, inbox_rel: str, job_id: str) -> str:
+        """``relative(processed_path(inbox_rel, job_id))``, from strings when the
+        inbox path is plain (as hopper records it) and the id holds no slash."""
+        parts = inbox_rel.split("/")
+        if len(parts) < 2 or "" in parts or "." in parts or "/" in job_id:
+            return self.relative(self.processed_path(inbox_rel, job_id))
+        name = parts[-1]
+        stem = name[: -len(PROMPT_SUFFIX)] if name.endswith(PROMPT_SUFFIX) else name
+        stem = _truncate_bytes(stem, 120)
+        sub = parts[1:-1] if parts[0] == "inbox" else []
+        return "/".join(["processed", *sub, f"{stem}.{job_id}{PROMPT_SUFFIX}"])
 
 
 def _truncate_bytes(text: str, limit: int) -> str:
