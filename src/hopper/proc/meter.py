@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING or __package__:
@@ -75,13 +74,15 @@ class Meter:
         self.log_fd = log_fd
         self.log_start = os.fstat(log_fd).st_size
 
-    def sample(self) -> None:
+    def sample(self, reaped_cpu: float = 0.0, reaped_maxrss: int = 0) -> None:
         """Measure the tree: CPU (exited processes included), RSS, output; publish it.
 
         CPU of a process that exited and was reaped lands in its reaper's
         cutime/cstime; the supervisor, a subreaper, reaps the job and every
-        orphan, so its RUSAGE_CHILDREN covers what the live tree no longer
-        shows. Zombies still hold their own times, so they count until reaped.
+        orphan, and adds up what ``wait4`` said of each (``reaped_cpu``,
+        ``reaped_maxrss``: proc/reaper.py), which covers what the live tree
+        no longer shows. Zombies still hold their own times, so they count
+        until reaped.
         """
         procs = proctree.tree()
         if procs is None:
@@ -99,11 +100,10 @@ class Meter:
                     live += 1
             except (IndexError, ValueError):
                 continue
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = ticks / CLK_TCK + usage.ru_utime + usage.ru_stime
+        cpu = ticks / CLK_TCK + reaped_cpu
         self.cpu = max(self.cpu, cpu)  # a counter: never goes back
         self.rss = rss_pages * PAGE_SIZE
-        self.peak_rss = max(self.peak_rss, self.rss, usage.ru_maxrss * 1024)
+        self.peak_rss = max(self.peak_rss, self.rss, reaped_maxrss)
         self.processes = live
         self.samples += 1
         self.write_resources(live=True)
@@ -149,17 +149,21 @@ class Meter:
         except OSError:
             pass  # disk full: the figures are a convenience; exit.json carries the final ones
 
-    def final_figures(self, leftovers_killed: int) -> Figures:
-        """Exact once the tree is gone: every process was reaped into RUSAGE_CHILDREN.
+    def final_figures(
+        self, leftovers_killed: int, reaped_cpu: float, reaped_maxrss: int
+    ) -> Figures:
+        """Exact once the tree is gone: every process of the job was reaped, and
+        ``reaped_cpu`` and ``reaped_maxrss`` are the sum of their CPU and the
+        largest of their peak RSS, from ``wait4`` (proc/reaper.py). Not the
+        process's RUSAGE_CHILDREN: that counts every child it ever reaped,
+        which is this job's only while a supervisor serves one job.
 
         Called after the supervisor ended the leftovers; only a leftover that
         SIGKILL could not end yet (uninterruptible sleep) keeps the sampled
         figure in play.
         """
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        reaped = usage.ru_utime + usage.ru_stime
-        self.cpu = max(self.cpu, reaped) if leftovers_killed else reaped
-        self.peak_rss = max(self.peak_rss, usage.ru_maxrss * 1024)
+        self.cpu = max(self.cpu, reaped_cpu) if leftovers_killed else reaped_cpu
+        self.peak_rss = max(self.peak_rss, reaped_maxrss)
         if self.samples:  # a live file was written: leave the final figures in it
             self.write_resources(live=False)
         return self.resources(live=False)

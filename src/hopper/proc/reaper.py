@@ -6,6 +6,11 @@ tree is empty exactly when ``waitpid`` says it has no children. Ending a tree
 is a loop, not one sweep (:meth:`Reaper.kill_all`): a process that forks and
 exits over and over is always one step ahead of a single scan of /proc.
 Signals are blocked and waited for (:meth:`Reaper.wait`), never handled.
+
+Every child is reaped with ``wait4``, whose resource usage is that child's and
+its reaped descendants': summed (CPU) and maxed (peak RSS) over the children
+reaped for this job, they are the job's own figures (what the process's
+RUSAGE_CHILDREN would say only if it had never reaped anything else).
 Standard library only, like the supervisor that loads it by path.
 """
 
@@ -31,6 +36,19 @@ class Reaper:
         self.status: int | None = None  # the job's wait status, once reaped
         self.escaped = 0  # processes still alive when END_BUDGET ran out
         self.leftovers_killed = 0  # processes the job left running when it exited
+        self.reaped_cpu = 0.0  # CPU seconds of the children reaped (user + system)
+        self.reaped_maxrss = 0  # the largest peak RSS among them, in bytes
+
+    def _reap_one(self) -> int:
+        """One child that exited, reaped and counted: its pid, 0 if none has exited
+        yet; ChildProcessError if there is no child at all."""
+        pid, status, usage = os.wait4(-1, os.WNOHANG)
+        if pid:
+            self.reaped_cpu += usage.ru_utime + usage.ru_stime
+            self.reaped_maxrss = max(self.reaped_maxrss, usage.ru_maxrss * 1024)
+            if pid == self.pid:
+                self.status = status
+        return pid
 
     def signal_group(self, sig: int) -> None:
         try:
@@ -71,24 +89,18 @@ class Reaper:
         """Reap what exited; True while any child of ours (so any descendant) lives."""
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                if not self._reap_one():
+                    return True
             except ChildProcessError:
                 return False
-            if pid == 0:
-                return True
-            if pid == self.pid:
-                self.status = status
 
     def reap(self) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                if not self._reap_one():
+                    return
             except ChildProcessError:
                 return
-            if pid == 0:
-                return
-            if pid == self.pid:
-                self.status = status
 
     def wait(self, until: float | None) -> int | None:
         """Wait for a watched signal until the monotonic deadline ``until``."""

@@ -210,7 +210,7 @@ class Supervisor(Reaper):
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         ladder = Ladder(grace=self.grace)
         # The first measurement after one interval: a short job costs no /proc walk
-        # (its final figures come from RUSAGE_CHILDREN).
+        # (its final figures come from wait4: proc/reaper.py).
         next_sample = time.monotonic() + self.sample_interval
         meter = self.meter
         next_check = None if meter.output_max is None else next_sample + OUTPUT_CHECK
@@ -233,7 +233,7 @@ class Supervisor(Reaper):
             sampled = now >= next_sample
             if sampled:
                 cost = time.process_time()
-                meter.sample()
+                meter.sample(self.reaped_cpu, self.reaped_maxrss)
                 cost = time.process_time() - cost
                 next_sample = now + max(self.sample_interval, SAMPLE_BUDGET * cost)
             checked = next_check is not None and (sampled or now >= next_check)
@@ -451,7 +451,7 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
         sup.record(started=False, error=error)
         return 0
     sup.run()
-    figures = sup.meter.final_figures(sup.leftovers_killed)
+    figures = sup.meter.final_figures(sup.leftovers_killed, sup.reaped_cpu, sup.reaped_maxrss)
     if sup.limit == "output":
         sup.meter.cut_log()
     if sup.record(started=True, resources=figures):
