@@ -8,6 +8,7 @@ import logging
 import os
 import select
 import signal
+from collections.abc import Collection
 from pathlib import Path
 
 import psutil
@@ -79,12 +80,12 @@ def test_the_fork_server_wakes_the_watcher_with_sigchld(
     assert proc.wait(timeout=30) == 0
 
 
-def test_a_supervisor_says_done_once_its_exit_record_is_durable_before_it_is_reaped(
+def test_a_supervisor_says_done_once_its_exit_record_is_durable_and_waits_for_the_next(
     server: forkclient.ForkServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The `done PID` hint (supervise.tell_done) comes before the `exit` report, with
-    exit.json already in place: the watcher may file the job without waiting for the
-    supervisor's teardown and reaping."""
+    """The `done PID` report comes with exit.json already in place: the watcher files
+    the job then; the supervisor (the spare given this start) does not exit but waits,
+    out of the run directory, for the next job (test_forkserver_reuse.py)."""
     run_dir = tmp_path / "run"
     gate = tmp_path / "gate"
     proc = _start(server, run_dir, _gated(gate, 4))
@@ -99,9 +100,11 @@ def test_a_supervisor_says_done_once_its_exit_record_is_durable_before_it_is_rea
 
     monkeypatch.setattr(server, "_report", spy)
     gate.touch()
-    assert proc.wait(timeout=30) == 0  # the supervisor's own status
-    assert heard == [(b"done", True, True), (b"exit", True, True)]
+    assert proc.wait(timeout=30) == 0  # its job is over
+    assert heard == [(b"done", True, True)]
     assert _exit(run_dir)["exit_code"] == 4
+    sup = psutil.Process(proc.pid)
+    assert sup.status() != psutil.STATUS_ZOMBIE and sup.cwd() == "/"
 
 
 def test_supervisors_outlive_a_killed_fork_server_which_the_next_start_replaces(
@@ -322,8 +325,9 @@ def test_a_start_the_watcher_never_collects_never_runs(
 
 
 # -- the spare: a supervisor forked ahead of the next request ------------------------------
-def _spare(server: forkclient.ForkServer, other_than: int | None = None) -> int:
-    """The pid of the server's spare, once it waits (the one child not yet given a job)."""
+def _spare(server: forkclient.ForkServer, other_than: Collection[int] = ()) -> int:
+    """The pid of the server's spare, once it waits (the one child not yet given a job:
+    not one of ``other_than``, the supervisors that served one and wait for the next)."""
     assert server.pid is not None
     found: list[int] = []
 
@@ -337,7 +341,7 @@ def _spare(server: forkclient.ForkServer, other_than: int | None = None) -> int:
 
     def waiting() -> bool:
         children = psutil.Process(server.pid).children()
-        found[:] = [c.pid for c in children if c.pid != other_than and idle(c)]
+        found[:] = [c.pid for c in children if c.pid not in other_than and idle(c)]
         return len(found) == 1
 
     wait_for(waiting, what="the fork server's spare supervisor")
@@ -353,7 +357,7 @@ def test_a_start_is_given_the_spare_forked_before_it_and_a_new_spare_follows(
     proc = _start(server, tmp_path / "run", _gated(gate, 6))
     assert proc.pid == spare  # no fork on the start's path but the job's own
     assert psutil.Process(spare).cwd() == str(tmp_path / "run")
-    follower = _spare(server, other_than=spare)
+    follower = _spare(server, other_than=(spare,))
     assert follower != spare
     gate.touch()
     assert proc.wait(timeout=30) == 0
@@ -371,7 +375,7 @@ def test_a_spare_that_died_is_replaced_by_a_fork_and_the_start_runs(
     assert isinstance(proc, forkclient.Forked) and proc.pid != dead
     assert proc.wait(timeout=30) == 0
     assert _exit(tmp_path / "run")["exit_code"] == 7
-    _spare(server, other_than=proc.pid)  # and a new spare waits again
+    _spare(server, other_than=(proc.pid,))  # and a new spare waits again
 
 
 def test_the_spare_exits_with_the_fork_server_having_run_nothing(

@@ -390,6 +390,8 @@ class Runner:
         self, end: Ended, job: Running | None, record: JobRecord, leased: bool
     ) -> JobRecord:
         """After the filing: leases back, then a retry queued, or worktree and hooks."""
+        if end.filed is not None:
+            end.filed()  # filed: what served it may serve another (never signalled for it again)
         if job is not None or leased:
             self.scale.release(end.record)
         if not is_terminal(record.state):

@@ -33,6 +33,11 @@ choices). What each method must guarantee:
   anything for an end, ask ``ctx.holder(job)`` (another watcher may own it:
   then ``HANDED_OVER``). A job you cannot look at goes in ``Polled.failed``;
   one past a deadline only you can see, in ``Polled.stop``.
+- An :class:`Ended` may carry ``filed``: the shell calls it once the end is
+  filed (terminal or queued for a retry) and the job has left the running
+  set, never for one handed over or not filed. What served the job may then
+  serve another (a supervisor, forkserver.py): nothing will signal it for
+  this job again.
 - ``cancel(job, reason)``: stop it (its record already says why, and the
   shell never asks twice); it still ends through ``poll``.
 - ``forget(job, end=...)``: the shell drops the job (taken over by another
@@ -109,6 +114,9 @@ class Ended:
     # The files of this attempt in its run directory (besides job.log) a retry
     # keeps under attempt-numbered names: the executor's to name.
     files: tuple[str, ...] = ()
+    # Called once the end is filed (and never if it is not, or handed over): the
+    # executor may then reuse what served the job (a supervisor: forkserver.py).
+    filed: Callable[[], None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def job_id(self) -> str:

@@ -26,6 +26,7 @@ import os
 import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from hopper.core import lifecycle
@@ -349,7 +350,12 @@ class Supervised:
         if taken is not None:
             return taken
         supervisor = held(job).supervisor
-        if supervisor is not None:
+        filed = None
+        if isinstance(supervisor, Forked) and supervisor.done:
+            # It waits to serve another job; the fork server gives it one only once
+            # this end is filed: from then on nothing signals it for this job.
+            filed = partial(self.pool.free, supervisor)
+        elif supervisor is not None:
             self._reap.append(supervisor)
         elif job.record.host == self.ctx.host:  # never a pid of another host
             _reap_adopted(job.record.supervisor_pid)
@@ -376,6 +382,7 @@ class Supervised:
             outcome.detail,
             status,
             files=ATTEMPT_FILES,
+            filed=filed,
         )
 
     def lost(self, job: Running) -> Ended:

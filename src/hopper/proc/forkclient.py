@@ -111,7 +111,8 @@ class ForkServer:
     sweep instead of at once).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_jobs: int | None = None) -> None:
+        self.max_jobs = max_jobs  # jobs one supervisor serves (None: forkserver.py's MAX_JOBS)
         self.generation = 0  # bumped whenever a fork server is lost
         self._proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
@@ -134,7 +135,14 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(FORKSERVER_SCRIPT), str(theirs.fileno())],
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    str(FORKSERVER_SCRIPT),
+                    str(theirs.fileno()),
+                    *([str(self.max_jobs)] if self.max_jobs else []),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 pass_fds=(theirs.fileno(),),
@@ -250,6 +258,18 @@ class ForkServer:
         else:
             time.sleep(timeout)  # an orphan: nobody reports its exit
 
+    def free(self, handle: Forked) -> None:
+        """The job of ``handle``'s supervisor is filed and nothing will signal it for
+        that job again: it may serve the next (forkserver.py). Dropped when the
+        server that forked it is gone or its socket is full: that supervisor then
+        serves no other job, which is safe."""
+        if handle.generation != self.generation or self._sock is None:
+            return
+        try:
+            self._sock.send(b"free %d" % handle.pid, socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+
     def close(self) -> None:
         """Stop the fork server (EOF on its socket); the supervisors it forked keep running."""
         if self._sock is not None:
@@ -327,9 +347,12 @@ class ForkServer:
         PID``: it has written its exit.json durably and is exiting (:attr:`Forked.done`)."""
         kind, pid, status = [*msg.split(b" "), b"", b""][:3]
         if kind == b"done" and pid.isdigit() and not status:
-            handle = self._live.get(int(pid))
+            handle = self._live.pop(int(pid), None)
             if handle is not None:
+                # Its job is over: the process exits, or (forkserver.py) waits to
+                # serve another once freed; either way this handle is done with it.
                 handle.done = True
+                handle.returncode = 0
             return  # not made yet (answer() pending): its exit report will do
         if kind != b"exit" or not pid.isdigit() or not status.lstrip(b"-").isdigit():
             raise Lost(f"it sent {msg[:80]!r}, which is not a report")

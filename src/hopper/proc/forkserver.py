@@ -1,4 +1,5 @@
-"""The fork server: one warm process that forks a fresh supervisor per job.
+"""The fork server: one warm process that forks supervisors, each of which serves
+job after job.
 
 Run by the watcher (proc/forkclient.py's :class:`~hopper.proc.forkclient.ForkServer`)
 as ``python -I -S forkserver.py FD``: standard library only, by path, like
@@ -22,14 +23,17 @@ message:
   it outlives both this server and the watcher. One that cannot start its
   job (a refused fork, no descriptor, no space for job.log) says so where
   the watcher waits for the pid line: ``{"error": TEXT, "errno": N}``.
-- server -> watcher: ``pid N`` (the supervisor forked for the oldest
-  request) or ``error TEXT`` (the fork failed), one per request, in order;
-  and ``exit N STATUS`` once supervisor N has exited and been reaped (STATUS
-  is the raw wait status); before it, as a rule, ``done N``: supervisor N
-  has written its exit.json durably and is exiting (a hint it sent on the
-  server's "done" socket, which spares the watcher the process's teardown
-  and the reaping; one lost or late changes nothing but the time). After
-  each reaping round, and each round of hints, the server also sends its
+- watcher -> server: ``free N``: the watcher has filed the job supervisor N
+  served and will never signal N for that job again (below).
+- server -> watcher: ``pid N`` (the supervisor given the oldest request)
+  or ``error TEXT`` (the fork failed), one per request, in order; ``done
+  N``: supervisor N has written its exit.json durably, its job is over (the
+  watcher files it then; N waits for its ``free``, or exits); and ``exit N
+  STATUS`` once supervisor N has exited and been reaped (STATUS is the raw
+  wait status). A supervisor forked for a request (no spare) serves that one
+  job: its ``done`` is a hint it sends on the server's "done" socket as it
+  exits (one lost changes nothing but the time: ``exit`` follows). After
+  each reaping round, and each round of reports, the server also sends its
   parent, the watcher, a SIGCHLD: the watcher's loop wakes for it exactly as
   it did when each supervisor was its own child.
 - EOF (the watcher closed its end or died): the server exits. Supervisors it
@@ -37,16 +41,51 @@ message:
   subreaper), and a watcher finds them again by pid and start time.
 
 A spare: the server keeps one supervisor forked ahead of the next request,
-already in a session of its own and waiting on a private socket. A request
-hands it the job's channel (SCM_RIGHTS); the spare reads and parses the spec
-line itself and goes on as any forked supervisor, and the server answers
-``pid N`` at once. It forks the next spare once it has been ``REFILL_QUIET``
-without a request or an exit (not while the spare it gave away forks its
-job). So a start waits for one fork (the job's, in its supervisor), not two.
-A spare that died meanwhile is replaced by a fork on the spot; while none can
-be forked, requests fork their own. A spare exits at EOF on its socket: when
-the server exits (the watcher went away), so does the spare, which never ran
-anything.
+already in a session of its own and waiting on a private socket (its link).
+A request hands it the job's channel (SCM_RIGHTS); the spare reads and parses
+the spec line itself and goes on as any forked supervisor, and the server
+answers ``pid N`` at once. It forks the next spare once it has been
+``REFILL_QUIET`` without a request or an exit (not while the spare it gave
+away forks its job). So a start waits for one fork (the job's, in its
+supervisor), not two. A spare that died meanwhile is replaced by a fork on
+the spot; while none can be forked, requests fork their own. A spare exits at
+EOF on its link: when the server exits (the watcher went away), so does the
+spare, which never ran anything.
+
+Job after job: a supervisor that was a spare keeps its link. Once its job's
+exit.json is durable it leaves the run directory (``chdir /``: a restarted
+watcher finds supervisors by their cwd), closes every descriptor the job
+left open (it keeps only what it held before its first job), says ``done``
+on its link and waits there, as the spare does, for the next job's channel.
+The server passes ``done N`` on; once the watcher sends ``free N`` the
+supervisor is free, and the next request takes the most recently freed one
+before the spare. It is told to go (EOF on its link: it exits) instead when
+it has served ``MAX_JOBS`` jobs (what a leak in it can grow to is bounded)
+or ``MAX_IDLE`` are free already. A job that did not run to a durable
+exit.json (refused, withdrawn, its run directory deleted) is its
+supervisor's last. What a fresh process costs (the ~480 copy-on-write page
+faults of a forked Python, docs/performance.md; the fork's page-table copy in
+the server; the teardown) is then paid once per supervisor, not per job.
+
+Why a stop cannot reach the wrong job. The watcher stops a job with SIGTERM
+to its supervisor's pid (its job.json's ``supervisor_pid``, checked by start
+time, which a reused supervisor keeps). It signals N for a job only while
+that job is in its running set, and sends ``free N`` only after the job's
+end is filed and it has left that set (runner.py calls ``Ended.filed``;
+never for a job handed over to another watcher, whose stale record could
+still name N). A supervisor is given another job only after its ``free``.
+kill(2) queues a signal before it returns, so a SIGTERM or SIGINT meant for
+the job before is already pending (the supervisor keeps them blocked) when
+the supervisor takes the next job, and it drops every pending one
+(``sigtimedwait`` with no wait) before it reads the spec. A watcher that
+restarts has a new fork server: the old one exits at EOF, so every
+supervisor it forked serves at most the job it has and exits; supervisors
+are then adopted by pid and start time exactly as before, each serving the
+one job its pid is recorded for.
+
+The watcher going away (EOF): the server tells its free and unfreed
+supervisors and the spare to go and reaps them; a busy one finishes its job,
+records it, finds EOF on its link and exits.
 """
 
 from __future__ import annotations
@@ -77,6 +116,9 @@ MAX_MESSAGE = 64  # bytes of a request; a larger one is not ours
 REFILL_QUIET = 0.005
 REFILL_RETRY = 1.0  # seconds before another try when a spare could not be forked
 MAX_FDS = 4  # descriptors accepted with one request (one is used; extras are closed)
+MAX_JOBS = 1000  # jobs one supervisor serves before it exits (bounds what a leak can grow to)
+MAX_IDLE = 8  # free supervisors kept waiting for a job; one freed past that exits
+STALE = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}  # stops for a job done before
 # Fault injection for tests (hopper/faults.py lists the names; this script cannot import it).
 _FAULTS = frozenset(p for p in os.environ.get("HOPPER_CRASH_AT", "").split(",") if p)
 
@@ -111,8 +153,9 @@ def _fork() -> int:
 
 
 class Server:
-    def __init__(self, ctrl: socket.socket) -> None:
+    def __init__(self, ctrl: socket.socket, max_jobs: int = MAX_JOBS) -> None:
         self.ctrl = ctrl
+        self.max_jobs = max_jobs
         self.watcher = os.getppid()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         # Supervisors' "done" hints (supervise.tell_done): exit.json durable, the
@@ -122,9 +165,46 @@ class Server:
         self.done_r.setblocking(False)
         self.spare: tuple[int, socket.socket] | None = None  # its pid, our end of its socket
         self.refill_at: float | None = None  # monotonic time to fork the next spare
+        # Supervisors that serve job after job (the spares, once given a job), by pid,
+        # with our end of each one's link: serving a job; done with it (exit.json
+        # durable) but not yet freed by the watcher; free and waiting, newest last.
+        self.busy: dict[int, socket.socket] = {}
+        self.unfreed: dict[int, socket.socket] = {}
+        self.idle: list[tuple[int, socket.socket]] = []
+        self.served: dict[int, int] = {}  # jobs each of them was given
 
     def serve(self) -> int:
         """Answer fork requests and report exits until the watcher goes away."""
+        try:
+            return self._serve()
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """The watcher has gone: the free supervisors and the spare are told to go
+        (EOF on their links) and reaped; busy ones finish their job, find EOF and
+        exit (init reaps them)."""
+        pids = [pid for pid, _ in self.idle] + list(self.unfreed)
+        for _, link in self.idle:
+            link.close()
+        for link in self.unfreed.values():
+            link.close()
+        for link in self.busy.values():
+            link.close()
+        self.idle.clear()
+        self.unfreed.clear()
+        self.busy.clear()
+        if self.spare is not None:
+            pids.append(self.spare[0])
+            self.spare[1].close()
+            self.spare = None
+        for pid in pids:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+    def _serve(self) -> int:
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # the wakeup fd wakes select
         # A mask is inherited across exec: a watcher that started us with SIGCHLD
         # blocked would have us never reap, never report an exit.
@@ -137,7 +217,12 @@ class Server:
         while True:
             due = self.refill_at
             timeout = None if due is None else max(0.0, due - time.monotonic())
-            ready, _, _ = select.select([self.ctrl.fileno(), self.wake_r, done], [], [], timeout)
+            links = {s.fileno(): pid for pid, s in self.busy.items()}
+            links.update({s.fileno(): pid for pid, s in self.unfreed.items()})
+            links.update({s.fileno(): pid for pid, s in self.idle})
+            ready, _, _ = select.select(
+                [self.ctrl.fileno(), self.wake_r, done, *links], [], [], timeout
+            )
             if not ready:
                 self.refill()  # the server was quiet for REFILL_QUIET (or a retry is due)
                 continue
@@ -145,6 +230,9 @@ class Server:
                 self._refill_later(REFILL_QUIET)
             if done in ready and not self.done():  # before the reaping: `done` precedes `exit`
                 return 0
+            for fd in ready:
+                if fd in links and not self.link_ready(links[fd]):
+                    return 0
             if self.wake_r in ready:
                 self._drain_wakeups()
                 if not self.reap():
@@ -169,16 +257,23 @@ class Server:
             for fd in fds:
                 os.close(fd)
             return False
+        kind, _, arg = msg.partition(b" ")
+        if kind == b"free" and arg.isdigit() and not fds:
+            self.free(int(arg))
+            return True
         if msg != b"fork" or len(fds) != 1:
             for fd in fds:
                 os.close(fd)
             return self.send(b"error the fork server got a malformed request")
-        spare = self.take_spare()
+        spare = self.take_idle() or self.take_spare()
         if spare is not None:
             # The answer first: the spare, woken by the hand-over, may take the
             # core from the server until it blocks again.
-            answered = self.send(b"pid %d" % spare[0])
-            self.hand_over(spare, fds[0])
+            pid, link = spare
+            answered = self.send(b"pid %d" % pid)
+            if self.hand_over(spare, fds[0]):
+                self.busy[pid] = link  # until it says done (or its link says EOF)
+                self.served[pid] = self.served.get(pid, 0) + 1
             return answered
         line = _read_line(fds[0])
         if not line:
@@ -220,6 +315,10 @@ class Server:
         self.ctrl.close()
         if self.spare is not None:
             self.spare[1].close()  # else the spare would not see EOF when the server exits
+        for link in [*self.busy.values(), *self.unfreed.values()]:
+            link.close()
+        for _, link in self.idle:
+            link.close()
         gc.enable()
         os.setsid()  # out of the server's session: it and the watcher may die
 
@@ -262,40 +361,117 @@ class Server:
         """The next spare no sooner than ``delay`` from now (a retry due later is kept)."""
         self.refill_at = max(self.refill_at or 0.0, time.monotonic() + delay)
 
+    # -- supervisors that serve job after job ------------------------------------------
+    def take_idle(self) -> tuple[int, socket.socket] | None:
+        """The most recently freed supervisor that still lives (a free one never
+        writes: a readable link is its EOF), or None."""
+        while self.idle:
+            pid, link = self.idle.pop()
+            if select.select([link], [], [], 0)[0]:
+                link.close()  # it died; its exit is reported when it is reaped
+                continue
+            return pid, link
+        return None
+
+    def link_ready(self, pid: int) -> bool:
+        """A supervisor's link is readable: ``done`` (its exit.json is durable, it
+        waits to be freed), else EOF (it exited). False once the watcher has gone."""
+        link = self.busy.pop(pid, None)
+        if link is None:  # unfreed or idle: it never writes there, so it died
+            link = self.unfreed.pop(pid, None)
+            for i, (other, _) in enumerate(self.idle):
+                if other == pid:
+                    link = self.idle.pop(i)[1]
+                    break
+            if link is not None:
+                link.close()
+            return True
+        try:
+            msg = link.recv(16)
+        except OSError:
+            msg = b""
+        if msg != b"done":
+            link.close()
+            return True
+        self.unfreed[pid] = link
+        if not self.send(b"done %d" % pid):
+            return False
+        self.wake_watcher()
+        return True
+
+    def free(self, pid: int) -> None:
+        """The watcher has filed the job supervisor ``pid`` served and will never
+        signal it for that job again: it may be given the next one (or, past the
+        caps, told to go). A ``free`` for a supervisor not waiting for one is ignored."""
+        link = self.unfreed.pop(pid, None)
+        if link is None:
+            return
+        if self.served.get(pid, 0) >= self.max_jobs or len(self.idle) >= MAX_IDLE:
+            link.close()  # EOF: it exits, and is reported when reaped
+            self.served.pop(pid, None)
+            return
+        self.idle.append((pid, link))
+
     @staticmethod
-    def hand_over(spare: tuple[int, socket.socket], channel: int) -> None:
-        """Give ``channel`` to the spare. Should it die between :meth:`take_spare`
-        and now, the channel closes unread: the watcher sees EOF where it waits for
-        the pid line, as when a freshly forked supervisor dies, and the start fails."""
+    def hand_over(spare: tuple[int, socket.socket], channel: int) -> bool:
+        """Give ``channel`` to the spare (or a free supervisor); whether it was sent.
+        Should it die between :meth:`take_spare` and now, the channel closes unread
+        (and so does the link): the watcher sees EOF where it waits for the pid line,
+        as when a freshly forked supervisor dies, and the start fails."""
         _, link = spare
         try:
             socket.send_fds(link, [b"job"], [channel])
+            return True
         except OSError:
-            pass
-        finally:
             link.close()
-            os.close(channel)  # the spare's now: its EOF must mean the watcher went away
+            return False
+        finally:
+            os.close(channel)  # the supervisor's now: its EOF must mean the watcher went away
 
     def spare_child(self, link: socket.socket) -> None:
-        """In a spare: wait for a job's channel, then supervise it; never returns."""
+        """In a spare: wait for a job's channel, supervise it, say ``done`` on the link
+        and wait for the next, until EOF (or a job that ended otherwise); never returns."""
         code = 0
         try:
             self._leave_server()
-            try:
-                msg, fds, _flags, _addr = socket.recv_fds(link, MAX_MESSAGE, MAX_FDS)
-            except ConnectionError:
-                msg, fds = b"", []
-            link.close()
-            if msg != b"job" or len(fds) != 1:
-                for fd in fds:
-                    os.close(fd)
-                return  # EOF: the server (and so the watcher) went away; nothing ran
-            line = _read_line(fds[0])
-            if not line:
-                os.close(fds[0])
-                return  # the watcher went away before it sent the spec
-            code = 1  # from here on, a failure is a supervisor's
-            code = _supervise(fds[0], supervise.parse(line))
+            keep = _open_fds()
+            told: list[bool] = []  # supervise.tell_done: exit.json is durable
+            supervise.DONE = lambda: told.append(True)
+            while True:
+                try:
+                    msg, fds, _flags, _addr = socket.recv_fds(link, MAX_MESSAGE, MAX_FDS)
+                except ConnectionError:
+                    msg, fds = b"", []
+                if msg != b"job" or len(fds) != 1:
+                    for fd in fds:
+                        os.close(fd)
+                    return  # EOF: the server (and so the watcher) went away; nothing ran
+                # A stop meant for the job before: sent before the watcher freed us
+                # (kill(2) queues it before it returns), so pending now. Dropped.
+                while _signal.sigtimedwait(STALE, 0) is not None:
+                    pass
+                line = _read_line(fds[0])
+                if not line:
+                    os.close(fds[0])
+                    return  # the watcher went away before it sent the spec
+                told.clear()
+                code = 1  # from here on, a failure is a supervisor's
+                code = _supervise(fds[0], supervise.parse(line))
+                if not told:
+                    return  # its job never ran, or no record landed: one job only
+                # Out of the run directory (a restarted watcher finds supervisors by
+                # their cwd), nothing of the job's left open, then ready for the next.
+                os.chdir("/")
+                for fd in _open_fds() - keep:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                code = 0
+                try:
+                    link.send(b"done")
+                except OSError:
+                    return  # the server has gone (and so the watcher): exit
         except BaseException:  # the child must never return into the server's loop
             sys.excepthook(*sys.exc_info())
         finally:
@@ -339,6 +515,7 @@ class Server:
             if pid == 0:
                 break
             reaped = True
+            self.served.pop(pid, None)
             if not self.send(b"exit %d %d" % (pid, status)):
                 return False
         if reaped:
@@ -364,6 +541,18 @@ class Server:
         except OSError:
             return False  # the watcher has gone
         return True
+
+
+def _open_fds() -> set[int]:
+    """This process's open descriptors (not the one the listing itself used)."""
+    fds = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            os.fstat(int(name))
+        except OSError:
+            continue  # the listing's own, closed by now
+        fds.add(int(name))
+    return fds
 
 
 def _supervise(channel: int, spec: LaunchSpec | ProtocolError) -> int:
@@ -415,8 +604,10 @@ def _read_line(fd: int) -> bytes:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or not argv[1].isdigit():
-        sys.stderr.write("usage: forkserver.py FD (started by the hopper watcher, not by hand)\n")
+    if len(argv) not in (2, 3) or not all(arg.isdigit() for arg in argv[1:]):
+        sys.stderr.write(
+            "usage: forkserver.py FD [MAX_JOBS] (started by the hopper watcher, not by hand)\n"
+        )
         return 2
     try:
         ctrl = socket.socket(fileno=int(argv[1]))
@@ -424,7 +615,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write(f"hopper fork server: descriptor {argv[1]} is not a socket: {exc}\n")
         return 2
     ctrl.setblocking(True)
-    return Server(ctrl).serve()
+    return Server(ctrl, int(argv[2]) if len(argv) == 3 else MAX_JOBS).serve()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """The per-job supervisor: a small process that outlives the watcher.
 
-Forked per job by the fork server (proc/forkserver.py, which imported this
-module once), or run as ``python -I -S supervise.py RUN_DIR`` when there is
-no fork server; standard library only either way, so it does not depend on
+Forked by the fork server (proc/forkserver.py, which imported this module
+once and may give one supervisor job after job, one at a time), or run as
+``python -I -S supervise.py RUN_DIR`` when there is no fork server (one job,
+then it exits); standard library only either way, so it does not depend on
 hopper's environment. The watcher talks to it over stdin/stdout (a socket
-when forked, pipes when booted) for exactly one handshake:
+when forked, pipes when booted) for exactly one handshake per job:
 
 1. watcher -> supervisor: one JSON line, the job spec
    (proc/protocol.py's ``LaunchSpec``; one that does not match it is refused
@@ -29,7 +30,8 @@ or SIGINT (the watcher's "stop") sends the stop signals to the job's
 process group, each followed by a grace period, then SIGKILL to every
 descendant. Descendants left behind by a job that exited are ended the same
 way: nothing outlives its job. Last, it writes ``exit.json`` (protocol's
-``ExitRecord``) atomically and durably, and exits.
+``ExitRecord``) atomically and durably, and exits (or, given it by the fork
+server, waits for its next job there: :func:`serve` returns).
 
 Every ``sample_interval`` it measures the tree into ``resources.json`` and
 ends the tree the same way as a stop when it passes ``memory_max`` or
@@ -437,6 +439,7 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
+    os.close(null)
     if answer != "go":
         job.refuse()
         sup.status = None
