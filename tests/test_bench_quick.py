@@ -52,6 +52,9 @@ def test_bench_quick(tmp_path: Path) -> None:
     for section in SECTIONS:
         assert section in data, section
     assert data["machine"]["cores"] >= 1 and data["machine"]["python"]
+    # the disk's state as the bench starts: what a create costs, whether it is journaled
+    assert data["machine"]["create_us"] > 0 and data["machine"]["journaled"]
+    assert "disk: a new file" in result.stdout
     assert "throughput" in result.stdout  # the table is printed too
 
     peers = [p for p in ("tsp", "nq") if shutil.which(p)]
