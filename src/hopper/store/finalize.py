@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Container, Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from hopper.core import lifecycle
 from hopper.core.lifecycle import Ended, ExitFigures, Filed
@@ -52,9 +53,6 @@ MISSING_NOTE = (
     "(removed by the job?), so nothing was filed under processed/"
 )
 ALTERNATES = 5  # numbered names tried in a taken place before processed/ itself
-
-# (the processed path actually used or None, a note for detail) -> written to job.json
-Settle = Callable[[str | None, str], None]
 
 
 class FinalizeBlocked(OSError):
@@ -142,76 +140,73 @@ def _move(
     """Move the prompt of a committed terminal ``record``; the record as filed
     (processed_path changed if the planned place was unusable)."""
     assert record.processed_path is not None
-    filed = record
-
-    def settle(used: str | None, note: str) -> None:
-        nonlocal filed
-        filed = ledger.commit(run_dir, lifecycle.filed(filed, Filed(used, note)))
-
-    noted = False
-
-    def finalized(run_fd: int | None = None) -> None:
-        fields = {
-            "state": filed.state,
-            "reason": filed.reason,
-            "processed_path": filed.processed_path,
-        }
-        if run_fd is None:
-            ledger.note(run_dir, "finalized", now, **fields)
-        else:
-            ledger.note_in(run_fd, "finalized", now, **fields)
-
-    def moved(run_fd: int) -> None:
+    placed = _file(layout, run_dir, record.processed_path, record, now, env_free=env_free)
+    filed = placed.record or record
+    fields = {
+        "state": filed.state,
+        "reason": filed.reason,
+        "processed_path": filed.processed_path,
+    }
+    if placed.run_fd is None:  # nothing moved now: the prompt was missing, or moved before a crash
+        crash_point("finalize.after_move")
+        ledger.note(run_dir, "finalized", now, **fields)
+        return filed
+    try:
         # Through the run directory's descriptor the move used (opened O_NOFOLLOW):
         # the event lands in the folder the prompt left, with no second open by name.
-        nonlocal noted
         crash_point("finalize.after_move")
-        finalized(run_fd)
-        noted = True
-
-    _file(layout, run_dir, record.processed_path, settle, now, env_free=env_free, moved=moved)
-    if not noted:  # nothing moved now: the prompt was missing, or moved before a crash
-        crash_point("finalize.after_move")
-        finalized()
+        ledger.note_in(placed.run_fd, "finalized", now, **fields)
+    finally:
+        os.close(placed.run_fd)
     return filed
 
 
 def move_prompt(layout: Layout, run_dir: Path, processed_rel: str) -> bool:
     """Recovery's step 2: move prompt.md to ``processed_rel`` (or the next free,
     safe name, recorded in job.json first); False if there was nothing to move."""
+    placed = _file(layout, run_dir, processed_rel, None, None)
+    if placed.run_fd is not None:
+        os.close(placed.run_fd)
+    return placed.path is not None and os.path.lexists(layout.root / placed.path)
 
-    def settle(used: str | None, note: str) -> None:
-        ledger.commit(run_dir, lifecycle.filed(read_record(run_dir), Filed(used, note)))
 
-    moved = _file(layout, run_dir, processed_rel, settle, None)
-    return moved is not None and os.path.lexists(layout.root / moved)
+class _Placed(NamedTuple):
+    """Where :func:`_file` left a job's prompt."""
+
+    # its processed path under the root (None: there was none)
+    path: str | None
+    # the run directory, still open, if the prompt moved just now: the caller notes
+    # the move through it, then closes it
+    run_fd: int | None
+    # job.json as committed when the place (or that there was none) was recorded anew
+    record: JobRecord | None
 
 
 def _file(
     layout: Layout,
     run_dir: Path,
     rel: str,
-    settle: Settle,
+    record: JobRecord | None,
     now: datetime | None,
     *,
     env_free: bool = False,
-    moved: Callable[[int], None] | None = None,
-) -> str | None:
-    """Withhold the job's env values, then move the prompt; the processed path it
-    is at (None: there was none). ``moved``, if given, is called with the run
-    directory's descriptor right after the prompt is moved (not when it was
-    missing or moved already)."""
+) -> _Placed:
+    """Withhold the job's env values, then move the prompt to ``rel`` or, if that is
+    taken or unsafe, to the next free place, committing that place (or that the
+    prompt was gone) to job.json first: a lifecycle ``filed`` step on ``record``
+    (None: the run directory's job.json, read then). Raises FinalizeBlocked when
+    there is no safe, free place, OSError when a step fails."""
     withhold_env(run_dir, run_dir.name, env_free=env_free)
     planned = rel
     if parts_below(rel, "processed") is None:  # a record a job rewrote: never out of processed/
         planned = f"processed/{run_dir.name}{PROMPT_SUFFIX}"
     if not os.path.lexists(f"{run_dir}/{PROMPT_FILE}"):
         if os.path.lexists(layout.root / planned):
-            return planned  # moved before a crash
-        settle(None, MISSING_NOTE)
+            return _Placed(planned, None, None)  # moved before a crash
+        filed = _settle(run_dir, record, None, MISSING_NOTE)
         if now is not None:
             ledger.note(run_dir, "prompt_missing", now, planned_path=rel)
-        return None
+        return _Placed(None, None, filed)
     run_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         for candidate in _candidates(planned):
@@ -222,20 +217,28 @@ def _file(
                 name = plain_name(candidate)
                 if _occupied(name, parent_fd):
                     continue
+                recorded = None
                 if candidate != rel:
-                    settle(candidate, f"; filed as {candidate}: {rel} was taken or unsafe")
+                    note = f"; filed as {candidate}: {rel} was taken or unsafe"
+                    recorded = _settle(run_dir, record, candidate, note)
                 os.rename(PROMPT_FILE, name, src_dir_fd=run_fd, dst_dir_fd=parent_fd)
-                if moved is not None:
-                    moved(run_fd)
-                return candidate
+                return _Placed(candidate, run_fd, recorded)  # run_fd stays open: the caller's
             finally:
                 os.close(parent_fd)
-    finally:
+    except BaseException:
         os.close(run_fd)
+        raise
+    os.close(run_fd)
     raise FinalizeBlocked(
         f"{layout.root / rel}: no safe, free place for the prompt under processed/; "
         "check processed/ for symlinks or files planted in place of folders"
     )
+
+
+def _settle(run_dir: Path, record: JobRecord | None, used: str | None, note: str) -> JobRecord:
+    """job.json records where the prompt went (``used``, None: nowhere), before it goes."""
+    current = read_record(run_dir) if record is None else record
+    return ledger.commit(run_dir, lifecycle.filed(current, Filed(used, note)))
 
 
 def _candidates(rel: str) -> Iterator[str]:
