@@ -16,10 +16,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import bash, drop, wait_for
+from conftest import Watchers, bash, drop, wait_for
+from hopper.core.record import JobRecord
+from hopper.core.states import JobState
 from hopper.proc import forkclient, spawn
 from hopper.store.jobfile import read_record
 from hopper.store.layout import Layout
+from hopper.store.takeover import effective_owner, try_take
 from test_bash_jobs import job_dirs
 from test_forkserver import _exit, _gated, _spare, _spec, _start
 
@@ -148,6 +151,33 @@ def test_nothing_a_job_opened_is_left_open_for_the_next(
     assert second.wait(timeout=30) == 0
 
 
+def test_a_retired_supervisor_exits_and_serves_no_other_job(
+    server: forkclient.ForkServer, tmp_path: Path
+) -> None:
+    """`retire`: the watcher let go of the job without filing it (another watcher took
+    it over, whose record names this supervisor): it must never serve another."""
+    first = _done(server, tmp_path / "a", "exit 0")
+    sup = psutil.Process(first.pid)
+    server.retire(first)
+    sup.wait(timeout=30)  # told to go: EOF on its link
+    second = _done(server, tmp_path / "b", "exit 0")
+    assert second.pid != first.pid
+
+
+def test_a_supervisor_retired_while_busy_finishes_its_job_then_exits(
+    server: forkclient.ForkServer, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    proc = _start(server, tmp_path / "a", _gated(gate, 6))
+    assert isinstance(proc, forkclient.Forked)
+    sup = psutil.Process(proc.pid)
+    server.retire(proc)
+    gate.touch()
+    assert proc.wait(timeout=30) == 0
+    sup.wait(timeout=30)  # done, then gone: not kept for a free that never comes
+    assert _exit(tmp_path / "a")["exit_code"] == 6
+
+
 def test_free_supervisors_exit_with_the_server_and_a_busy_one_finishes_its_job(
     server: forkclient.ForkServer, tmp_path: Path
 ) -> None:
@@ -232,3 +262,32 @@ def test_a_watchers_jobs_one_after_another_share_their_supervisors(
         assert json.loads((run_dir / "exit.json").read_text())["exit_code"] == i
         supervisors.add(rec.supervisor_pid)
     assert len(supervisors) < len(records)
+
+
+def test_a_job_taken_over_by_another_watcher_retires_its_supervisor(
+    layout: Layout, config_file: Path, watchers: Watchers, tmp_path: Path
+) -> None:
+    """A real watcher whose running job another watcher takes over lets go of it
+    unfiled; the job's supervisor, which the other watcher's record names, finishes
+    the job and exits instead of waiting to serve this watcher's next job."""
+    gate = tmp_path / "gate"
+    drop(layout, "held", bash(f"while [ ! -e {gate} ]; do sleep 0.05; done; exit 3"))
+    proc = watchers.start()
+    found: list[JobRecord] = []
+
+    def running() -> bool:
+        found[:] = [r for d in job_dirs(layout) if (r := read_record(d)).state is JobState.RUNNING]
+        return bool(found)
+
+    wait_for(running, timeout=60, what="the job running")
+    (record,) = found
+    assert record.owner is not None and record.supervisor_pid is not None
+    run_dir = layout.run_dir(record.id)
+    _, chain = effective_owner(run_dir, record.owner)
+    assert try_take(run_dir, chain, "other-host:1:1.0")
+    sup = psutil.Process(record.supervisor_pid)
+    gate.touch()
+    sup.wait(timeout=60)  # its job over, it exits: no next job from this watcher
+    assert _exit(run_dir)["exit_code"] == 3
+    assert read_record(run_dir).state is JobState.RUNNING  # the other watcher's to file
+    assert proc.poll() is None

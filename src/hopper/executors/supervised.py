@@ -430,6 +430,8 @@ class Supervised:
         supervisor, told to stop, ends the tree and exits without a record."""
         self.adopted.drop(job.record.id)
         supervisor = held(job).supervisor
+        if isinstance(supervisor, Forked):
+            self.pool.retire(supervisor)  # the job is not ours to file: no next job for it
         if supervisor is not None:
             self._reap.append(supervisor)
         rec = job.record

@@ -263,12 +263,23 @@ class ForkServer:
         that job again: it may serve the next (forkserver.py). Dropped when the
         server that forked it is gone or its socket is full: that supervisor then
         serves no other job, which is safe."""
+        self._send_about(b"free", handle)
+
+    def _send_about(self, word: bytes, handle: Forked) -> None:
         if handle.generation != self.generation or self._sock is None:
             return
         try:
-            self._sock.send(b"free %d" % handle.pid, socket.MSG_DONTWAIT)
+            self._sock.send(b"%s %d" % (word, handle.pid), socket.MSG_DONTWAIT)
         except OSError:
             pass
+
+    def retire(self, handle: Forked) -> None:
+        """``handle``'s job is no longer this watcher's (another took it over, and its
+        record may name this supervisor): the supervisor serves no other job and exits
+        once done with this one (forkserver.py). Dropped when its server is gone (it
+        exits with it) or the socket is full (it then waits, unfreed, until the
+        server exits)."""
+        self._send_about(b"retire", handle)
 
     def close(self) -> None:
         """Stop the fork server (EOF on its socket); the supervisors it forked keep running."""

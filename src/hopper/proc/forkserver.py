@@ -24,7 +24,9 @@ message:
   job (a refused fork, no descriptor, no space for job.log) says so where
   the watcher waits for the pid line: ``{"error": TEXT, "errno": N}``.
 - watcher -> server: ``free N``: the watcher has filed the job supervisor N
-  served and will never signal N for that job again (below).
+  served and will never signal N for that job again (below); ``retire N``:
+  the watcher let go of N's job without filing it (another watcher took it
+  over): N serves no other job and exits once done with this one.
 - server -> watcher: ``pid N`` (the supervisor given the oldest request)
   or ``error TEXT`` (the fork failed), one per request, in order; ``done
   N``: supervisor N has written its exit.json durably, its job is over (the
@@ -172,6 +174,7 @@ class Server:
         self.unfreed: dict[int, socket.socket] = {}
         self.idle: list[tuple[int, socket.socket]] = []
         self.served: dict[int, int] = {}  # jobs each of them was given
+        self.retiring: set[int] = set()  # busy ones to serve no other job (retire)
 
     def serve(self) -> int:
         """Answer fork requests and report exits until the watcher goes away."""
@@ -258,8 +261,8 @@ class Server:
                 os.close(fd)
             return False
         kind, _, arg = msg.partition(b" ")
-        if kind == b"free" and arg.isdigit() and not fds:
-            self.free(int(arg))
+        if kind in (b"free", b"retire") and arg.isdigit() and not fds:
+            (self.free if kind == b"free" else self.retire)(int(arg))
             return True
         if msg != b"fork" or len(fds) != 1:
             for fd in fds:
@@ -393,11 +396,26 @@ class Server:
         if msg != b"done":
             link.close()
             return True
-        self.unfreed[pid] = link
+        if pid in self.retiring:
+            self.retiring.discard(pid)
+            link.close()  # EOF: it exits, and is reported when reaped
+        else:
+            self.unfreed[pid] = link
         if not self.send(b"done %d" % pid):
             return False
         self.wake_watcher()
         return True
+
+    def retire(self, pid: int) -> None:
+        """The watcher has let go of the job supervisor ``pid`` serves or served
+        without filing it (another watcher took it over, whose record may name
+        ``pid`` for it): that supervisor serves no other job. It is told to go
+        (EOF on its link) now if it is done, else once it says ``done``."""
+        link = self.unfreed.pop(pid, None)
+        if link is not None:
+            link.close()
+        elif pid in self.busy:
+            self.retiring.add(pid)
 
     def free(self, pid: int) -> None:
         """The watcher has filed the job supervisor ``pid`` served and will never
