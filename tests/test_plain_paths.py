@@ -12,6 +12,7 @@ from __future__ import annotations
 from itertools import islice
 from pathlib import Path, PurePosixPath
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,12 +52,24 @@ def test_relative_as_relative_to(rel: str, root: str) -> None:
     assert got == expected
 
 
+def pathlib_processed_rel(root: Path, inbox_rel: str, job_id: str) -> str:
+    """The naming rule as Layout.processed_path stated it with pathlib before
+    processed_rel became its one home; frozen here as the oracle."""
+    rel = Path(inbox_rel)
+    sub = rel.parent.relative_to("inbox") if rel.parts[:1] == ("inbox",) else Path()
+    stem = rel.name[: -len(".prompt.md")] if rel.name.endswith(".prompt.md") else rel.name
+    data = stem.encode("utf-8", "surrogateescape")
+    if len(data) > 120:
+        stem = data[:120].decode("utf-8", "ignore")
+    return str((root / "processed" / sub / f"{stem}.{job_id}.prompt.md").relative_to(root))
+
+
 @settings(max_examples=400, deadline=None)
 @given(rels, ids)
 def test_processed_rel_as_the_path(rel: str, job_id: str) -> None:
     layout = Layout(Path("/tmp/root"))
     try:
-        expected: str | None = layout.relative(layout.processed_path(rel, job_id))
+        expected: str | None = pathlib_processed_rel(layout.root, rel, job_id)
     except ValueError:
         expected = None
     try:
@@ -64,6 +77,49 @@ def test_processed_rel_as_the_path(rel: str, job_id: str) -> None:
     except ValueError:
         got = None
     assert got == expected
+    if got is not None:
+        assert layout.processed_path(rel, job_id) == layout.root / got
+
+
+ID = "20261126-190000-000001-x-abcd"
+
+
+@pytest.mark.parametrize(
+    ("inbox_rel", "job_id", "expected"),
+    [
+        ("inbox/team/a/fix.prompt.md", ID, f"processed/team/a/fix.{ID}.prompt.md"),
+        ("inbox/x.prompt.md", ID, f"processed/x.{ID}.prompt.md"),
+        ("inbox/notes.txt", ID, f"processed/notes.txt.{ID}.prompt.md"),
+        ("elsewhere/team/x.prompt.md", ID, f"processed/x.{ID}.prompt.md"),
+        ("x.prompt.md", ID, f"processed/x.{ID}.prompt.md"),
+        ("", ID, f"processed/.{ID}.prompt.md"),
+        # not plain: parsed to the normal form first
+        ("inbox//team/./x.prompt.md/", ID, f"processed/team/x.{ID}.prompt.md"),
+        ("./inbox/team/x.prompt.md", ID, f"processed/team/x.{ID}.prompt.md"),
+        ("/inbox/team/x.prompt.md", ID, f"processed/x.{ID}.prompt.md"),
+        ("//", ID, f"processed/.{ID}.prompt.md"),
+        ("inbox/..", ID, f"processed/...{ID}.prompt.md"),
+        ("inbox/../a/x.prompt.md", ID, f"processed/../a/x.{ID}.prompt.md"),
+        # an id with a slash makes folders, also in the normal form
+        ("inbox/t/x.prompt.md", "a/b", "processed/t/x.a/b.prompt.md"),
+        ("inbox/t/x.prompt.md", "a//./b", "processed/t/x.a/b.prompt.md"),
+        (".prompt.md", "/x", "processed/x.prompt.md"),
+        # the stem cut to 120 bytes, never inside a character
+        ("inbox/" + "é" * 90 + ".prompt.md", "x", "processed/" + "é" * 60 + ".x.prompt.md"),
+        ("inbox/a" + "é" * 90 + ".prompt.md", "x", "processed/a" + "é" * 59 + ".x.prompt.md"),
+    ],
+)
+def test_processed_rel_names(inbox_rel: str, job_id: str, expected: str) -> None:
+    assert Layout(Path("/r")).processed_rel(inbox_rel, job_id) == expected
+    assert pathlib_processed_rel(Path("/r"), inbox_rel, job_id) == expected
+
+
+@pytest.mark.parametrize("inbox_rel", ["inbox", "inbox/", "./inbox"])
+def test_processed_rel_of_the_inbox_itself(inbox_rel: str) -> None:
+    with pytest.raises(ValueError):
+        Layout(Path("/r")).processed_rel(inbox_rel, ID)
+    with pytest.raises(ValueError):
+        pathlib_processed_rel(Path("/r"), inbox_rel, ID)
 
 
 @settings(max_examples=400, deadline=None)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 
+from hopper.core.routing import plain_parts
 from hopper.errors import HopperError
 
 PROMPT_SUFFIX = ".prompt.md"
@@ -120,24 +121,29 @@ class Layout:
         return prompt.parent.relative_to(self.inbox)
 
     def processed_path(self, inbox_rel: str, job_id: str) -> Path:
-        """processed/<same sub-path>/<stem>.<job_id>.prompt.md"""
-        rel = Path(inbox_rel)
-        sub = rel.parent.relative_to("inbox") if rel.parts[:1] == ("inbox",) else Path()
-        stem = rel.name[: -len(PROMPT_SUFFIX)] if rel.name.endswith(PROMPT_SUFFIX) else rel.name
-        stem = _truncate_bytes(stem, 120)
-        return self.processed / sub / f"{stem}.{job_id}{PROMPT_SUFFIX}"
+        """The root joined with :meth:`processed_rel`."""
+        return self.root / self.processed_rel(inbox_rel, job_id)
 
     def processed_rel(self, inbox_rel: str, job_id: str) -> str:
-        """``relative(processed_path(inbox_rel, job_id))``, from strings when the
-        inbox path is plain (as hopper records it) and the id holds no slash."""
-        parts = inbox_rel.split("/")
-        if len(parts) < 2 or "" in parts or "." in parts or "/" in job_id:
-            return self.relative(self.processed_path(inbox_rel, job_id))
-        name = parts[-1]
+        """processed/<same sub-path>/<stem>.<job_id>.prompt.md, relative to the root
+        as job.json records it: the sub-path is the folders between ``inbox/`` and
+        the prompt (none for a prompt outside inbox/), the stem its name without
+        ``.prompt.md``, cut to 120 bytes. The inbox path is taken in its normal form
+        (``PurePosixPath``'s: no empty or ``.`` part), and so are the folders an id
+        with a slash makes. Raises ValueError for ``inbox`` itself."""
+        parts = plain_parts(inbox_rel)  # split from the string when plain, as recorded
+        sub: tuple[str, ...] = ()
+        if parts[:1] == ("inbox",):
+            if len(parts) == 1:
+                raise ValueError(f"{inbox_rel!r} is the inbox, not a prompt in it")
+            sub = parts[1:-1]
+        name = parts[-1] if parts and not parts[-1].startswith("/") else ""  # "/": the anchor
         stem = name[: -len(PROMPT_SUFFIX)] if name.endswith(PROMPT_SUFFIX) else name
-        stem = _truncate_bytes(stem, 120)
-        sub = parts[1:-1] if parts[0] == "inbox" else []
-        return "/".join(["processed", *sub, f"{stem}.{job_id}{PROMPT_SUFFIX}"])
+        file_name = f"{_truncate_bytes(stem, 120)}.{job_id}{PROMPT_SUFFIX}"
+        if "/" in job_id:  # folders in the name: no empty or "." part, as a Path has them
+            folders = [part for part in file_name.split("/") if part not in ("", ".")]
+            return "/".join(["processed", *sub, *folders])
+        return "/".join(["processed", *sub, file_name])
 
 
 def _truncate_bytes(text: str, limit: int) -> str:
