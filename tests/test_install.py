@@ -377,6 +377,7 @@ def test_an_install_under_the_old_name_is_replaced(wheel: Path, tmp_path: Path) 
     hopper-jobs) is upgraded to one distribution, hopper-jobs, not two owning one package."""
     old = tmp_path / "old-src"
     shutil.copytree(REPO / "src", old / "src", ignore=shutil.ignore_patterns("*.egg-info"))
+    shutil.copytree(REPO / "man", old / "man")  # the manual page the wheel ships
     shutil.copy(REPO / "README.md", old / "README.md")
     text = (REPO / "pyproject.toml").read_text()
     (old / "pyproject.toml").write_text(text.replace('name = "hopper-jobs"', 'name = "hopper"'))

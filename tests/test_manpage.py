@@ -1,5 +1,6 @@
 """``man hopper``: the page is written from the parser, so it lists every command,
-subcommand and option hopper has, and man renders it without a warning."""
+subcommand and option hopper has, and man renders it without a warning; the
+copy the wheel ships (man/hopper.1) is that page, and the wheel carries it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,16 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
+from hopper import __version__
 from hopper.cli import common
 from hopper.cli.main import COMMANDS, build_parser
 from hopper.cli.manpage import escape, plain, render
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = REPO / "man" / "hopper.1"
 
 
 def full_parser() -> argparse.ArgumentParser:
@@ -80,3 +86,36 @@ def test_man_renders_the_page_without_warnings(tmp_path: Path) -> None:
     assert (shown.returncode, shown.stderr) == (0, ""), shown.stderr
     assert "hopper submit [-h] [--root ROOT]" in shown.stdout
     assert "hopper watchers [-h] [--root ROOT] [--config CONFIG] [--json] [--prune]" in shown.stdout
+
+
+def test_the_shipped_page_is_the_parsers_page() -> None:
+    assert SHIPPED.read_text() == render(full_parser()), (
+        "man/hopper.1 is not the parser's page: python -m hopper.cli.manpage > man/hopper.1"
+    )
+
+
+def test_the_wheel_installs_the_page_where_man_finds_it(tmp_path: Path) -> None:
+    """A wheel built from the checkout (a copy of what the build reads, so the repo
+    tree gets no build/ folder) holds the page as data for <prefix>/share/man/man1:
+    `pip install` then puts it beside the <prefix>/bin that man looks next to."""
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(REPO / name, source / name)
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for folder in ("src", "man"):
+        shutil.copytree(REPO / folder, source / folder, ignore=skip)
+    out = tmp_path / "wheel"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", str(source), "-w", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = out.glob("hopper_jobs-*.whl")
+    page = f"hopper_jobs-{__version__}.data/data/share/man/man1/hopper.1"
+    with zipfile.ZipFile(wheel) as whl:
+        assert page in whl.namelist()
+        assert whl.read(page) == SHIPPED.read_bytes()

@@ -8,6 +8,11 @@ so the page cannot drift from the commands; the exit codes come from
 cli/common.py. Written here rather than with argparse-manpage: that would be
 a dependency outside the project's short list (and a build requirement for
 every install) for what is a walk over the parser's actions.
+
+The wheel ships a copy, man/hopper.1, as data that pip installs in the same
+place (a build cannot run the parser: its environment lacks hopper's
+dependencies); tests/test_manpage.py fails when that copy is not this
+module's output (``python -m hopper.cli.manpage > man/hopper.1``).
 """
 
 from __future__ import annotations
