@@ -15,6 +15,12 @@ import errno
 import os
 import stat
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING or __package__:
+    from hopper.proc.writeall import write_all
+else:  # run by path under -I -S: a sibling (supervise.py put this directory on sys.path)
+    from writeall import write_all
 
 Stamp = tuple[int, int, int]  # (inode, size, mtime ns): which file, as we left it
 
@@ -92,9 +98,7 @@ class RunDir:
         fd = self.create_temp(tmp)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                write_all(fd, data)
                 if durable:
                     os.fsync(fd)
                 made = os.fstat(fd)

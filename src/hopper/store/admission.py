@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from hopper.core.admission import StartSpec
+from hopper.proc.writeall import write_all
 from hopper.store.atomic import open_dir, write_atomic
 from hopper.store.saferead import UnreadableFile, read_model
 
@@ -60,9 +61,7 @@ def _write_new(run_dir: Path, data: bytes, held: int | None = None) -> bool:
         except FileExistsError:
             return False
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
         except BaseException:
             os.close(fd)
             os.unlink(ADMISSION_FILE, dir_fd=dir_fd)

@@ -21,6 +21,8 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from hopper.proc.writeall import write_all
+
 # What open(2) says when something that is not a regular file sits at a name
 # we append to: a symlink (O_NOFOLLOW), a FIFO with no reader (O_NONBLOCK), a
 # directory.
@@ -66,10 +68,7 @@ def write_atomic(
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode, dir_fd=dir_fd)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+                write_all(fd, data)
                 if durable:
                     os.fsync(fd)
             finally:

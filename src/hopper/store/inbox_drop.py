@@ -19,6 +19,7 @@ import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
+from hopper.proc.writeall import write_all
 from hopper.store.layout import PROMPT_SUFFIX, Layout, open_folder
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -48,9 +49,7 @@ def drop_into(layout: Layout, sub: Sequence[str], stem: str, data: bytes) -> Pat
         fd = os.open(tmp, _CREATE, 0o644, dir_fd=dir_fd)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -52,6 +52,7 @@ from hopper.core.lifecycle import Event, Step
 from hopper.core.record import JobRecord
 from hopper.core.states import is_terminal
 from hopper.faults import crash_point
+from hopper.proc.writeall import write_all
 from hopper.store import standby
 from hopper.store.atomic import displace, open_dir, temp_name_of
 from hopper.store.jobfile import JOB_FILE, append_event, append_events, event_line
@@ -207,9 +208,7 @@ def _stage(entry: Entry, dirs: dict[str, int], standing: set[str]) -> _Staged:
             if item.fd is None:
                 raise FileExistsError(errno.EEXIST, "a file sits at a fresh name", item.tmp)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(item.fd, view) :]
+            write_all(item.fd, data)
         finally:
             if leased:
                 standby.release(item.fd)
