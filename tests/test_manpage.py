@@ -12,8 +12,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from hopper import __version__
-from hopper.cli import common
+from hopper.agents import npm
+from hopper.cli import common, manpage
 from hopper.cli.main import COMMANDS, build_parser
 from hopper.cli.manpage import escape, plain, render
 
@@ -92,6 +95,19 @@ def test_the_shipped_page_is_the_parsers_page() -> None:
     assert SHIPPED.read_text() == render(full_parser()), (
         "man/hopper.1 is not the parser's page: python -m hopper.cli.manpage > man/hopper.1"
     )
+
+
+def test_the_page_names_no_path_of_the_installation_that_wrote_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`agents install --system`'s help names this installation's shared folder; the
+    page says <prefix> there, so the shipped copy is the same for every venv."""
+    here = "/opt/some-venv/share/hopper/agents"
+    monkeypatch.setattr(manpage, "system_dir", lambda: Path(here))
+    monkeypatch.setattr(npm, "system_dir", lambda: Path(here))
+    page = render(full_parser())
+    assert escape(here) not in page and here not in page
+    assert escape("<prefix>/share/hopper/agents") in page
 
 
 def test_the_wheel_installs_the_page_where_man_finds_it(tmp_path: Path) -> None:

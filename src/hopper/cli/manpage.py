@@ -23,8 +23,10 @@ import sys
 from collections.abc import Iterator
 
 from hopper import __version__
+from hopper.agents.npm import system_dir
 from hopper.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_TIMEOUT, EXIT_USAGE
 
+SYSTEM_DIR = "<prefix>/share/hopper/agents"  # npm.system_dir, for any prefix
 EXIT_MEANINGS = (
     (
         EXIT_OK,
@@ -108,7 +110,9 @@ def render(parser: argparse.ArgumentParser, version: str = __version__) -> str:
         "The README and docs/ of the hopper source (contract, configuration, operations,",
         "observability); \\fBjournalctl\\fR(1) \\-u hopper for the watcher's log.",
     ]
-    return "\n".join(lines) + "\n"
+    # `hopper agents install --system` names this installation's shared folder in its
+    # help; the page is one file for every prefix that installs it (man/hopper.1).
+    return ("\n".join(lines) + "\n").replace(escape(str(system_dir())), escape(SYSTEM_DIR))
 
 
 def _commands(
