@@ -178,6 +178,8 @@ def _stall() -> str:
         chunk = os.read(0, 4096)
         buf += chunk
         os.write(1, chunk.replace(PASTE_START, b"").replace(PASTE_END, b"").split(b"\r")[0])
+    # The fake agent's own behaviour, not a test's wait: it takes a moment before it
+    # answers the first message, as a model does (tests wait on its session log).
     time.sleep(0.3)
     line = buf.split(b"\r")[0]
     return line.replace(PASTE_START, b"").replace(PASTE_END, b"").decode().strip()
@@ -231,6 +233,8 @@ def cli(argv: list[str]) -> int:
                 queued = _stall()
                 _answer(sid, n, text, marker=True)
                 _out("READY> ")
+                # Quiet at its prompt for a second with a message still queued: the gap
+                # a host must not type into (the nudge-wait test fails without that fix).
                 time.sleep(1.0)
                 n += 1
                 _answer(sid, n, queued, marker=True)
