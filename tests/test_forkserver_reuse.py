@@ -276,7 +276,14 @@ def test_a_job_taken_over_by_another_watcher_retires_its_supervisor(
     found: list[JobRecord] = []
 
     def running() -> bool:
-        found[:] = [r for d in job_dirs(layout) if (r := read_record(d)).state is JobState.RUNNING]
+        found.clear()
+        for path in job_dirs(layout):
+            try:
+                rec = read_record(path)
+            except FileNotFoundError:
+                continue  # claimed a moment ago: its job.json is not written yet
+            if rec.state is JobState.RUNNING:
+                found.append(rec)
         return bool(found)
 
     wait_for(running, timeout=60, what="the job running")
