@@ -378,6 +378,40 @@ def test_a_spare_that_died_is_replaced_by_a_fork_and_the_start_runs(
     _spare(server, other_than=(proc.pid,))  # and a new spare waits again
 
 
+def test_a_supervisor_forked_for_a_start_says_done_before_its_exit(
+    server: forkclient.ForkServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No spare (it died): the start's supervisor is forked for it and serves that one
+    job; its `done` (supervise.serve returned a job done) comes with exit.json in
+    place and before the `exit` of its reaping."""
+    dead = _spare(server)
+    os.kill(dead, signal.SIGKILL)
+    wait_for(lambda: dead not in [c.pid for c in psutil.Process(server.pid).children()])
+    run_dir = tmp_path / "run"
+    gate = tmp_path / "gate"
+    proc = _start(server, run_dir, _gated(gate, 5))
+    assert isinstance(proc, forkclient.Forked) and proc.pid != dead
+    heard: list[tuple[bytes, bool]] = []  # message, exit.json there
+    report = server._report
+
+    def spy(msg: bytes) -> None:
+        report(msg)
+        if msg.split(b" ")[1:2] == [str(proc.pid).encode()]:
+            heard.append((msg.split(b" ")[0], (run_dir / "exit.json").exists()))
+
+    monkeypatch.setattr(server, "_report", spy)
+    gate.touch()
+    assert proc.wait(timeout=30) == 0
+
+    def both() -> bool:
+        server.collect()  # reads the reports that follow the handle's end
+        return len(heard) == 2
+
+    wait_for(both, what="its done and exit reports")
+    assert heard == [(b"done", True), (b"exit", True)]
+    assert _exit(run_dir)["exit_code"] == 5
+
+
 def test_the_spare_exits_with_the_fork_server_having_run_nothing(
     server: forkclient.ForkServer,
 ) -> None:

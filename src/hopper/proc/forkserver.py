@@ -160,7 +160,7 @@ class Server:
         self.max_jobs = max_jobs
         self.watcher = os.getppid()
         self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        # Supervisors' "done" hints (supervise.tell_done): exit.json durable, the
+        # Supervisors' "done" hints (Server.tell_done): exit.json durable, the
         # process about to exit. Theirs is the write end, inherited (never by a job:
         # close-on-exec); ours is read in the loop.
         self.done_r, self.done_w = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -214,7 +214,6 @@ class Server:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
         signal.set_wakeup_fd(self.wake_w, warn_on_full_buffer=False)
         supervise.warm()  # what every child would load on its own, loaded once here
-        supervise.DONE = self.tell_done
         self.refill()
         done = self.done_r.fileno()
         while True:
@@ -302,7 +301,10 @@ class Server:
         code = 1
         try:
             self._leave_server()
-            code = _supervise(channel, spec)
+            served = _supervise(channel, spec)
+            code = served.code
+            if served.done:
+                self.tell_done()
         except BaseException:  # the child must never return into the server's loop
             sys.excepthook(*sys.exc_info())
         finally:
@@ -314,7 +316,7 @@ class Server:
         _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
         os.close(self.wake_r)
         os.close(self.wake_w)
-        self.done_r.close()  # the write end stays: supervise.tell_done
+        self.done_r.close()  # the write end stays: Server.tell_done
         self.ctrl.close()
         if self.spare is not None:
             self.spare[1].close()  # else the spare would not see EOF when the server exits
@@ -453,8 +455,6 @@ class Server:
         try:
             self._leave_server()
             keep = _open_fds()
-            told: list[bool] = []  # supervise.tell_done: exit.json is durable
-            supervise.DONE = lambda: told.append(True)
             while True:
                 try:
                     msg, fds, _flags, _addr = socket.recv_fds(link, MAX_MESSAGE, MAX_FDS)
@@ -472,10 +472,10 @@ class Server:
                 if not line:
                     os.close(fds[0])
                     return  # the watcher went away before it sent the spec
-                told.clear()
                 code = 1  # from here on, a failure is a supervisor's
-                code = _supervise(fds[0], supervise.parse(line))
-                if not told:
+                served = _supervise(fds[0], supervise.parse(line))
+                code = served.code
+                if not served.done:
                     return  # its job never ran, or no record landed: one job only
                 # Out of the run directory (a restarted watcher finds supervisors by
                 # their cwd), nothing of the job's left open, then ready for the next.
@@ -496,8 +496,9 @@ class Server:
             _exit(code)
 
     def tell_done(self) -> None:
-        """In a supervisor: its exit.json is durable, it exits now (a hint; dropped
-        when the socket is full or the server gone, never blocking)."""
+        """In a supervisor forked for a request: its job is done (``Served.done``:
+        exit.json durable), it exits now (a hint; dropped when the socket is full or
+        the server gone, never blocking)."""
         try:
             self.done_w.send(b"%d" % os.getpid(), socket.MSG_DONTWAIT)
         except OSError:
@@ -573,7 +574,7 @@ def _open_fds() -> set[int]:
     return fds
 
 
-def _supervise(channel: int, spec: LaunchSpec | ProtocolError) -> int:
+def _supervise(channel: int, spec: LaunchSpec | ProtocolError) -> supervise.Served:
     """In a forked supervisor: ``channel`` on stdin and stdout, then supervise.serve."""
     os.dup2(channel, 0)
     os.dup2(channel, 1)

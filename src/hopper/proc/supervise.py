@@ -31,7 +31,8 @@ process group, each followed by a grace period, then SIGKILL to every
 descendant. Descendants left behind by a job that exited are ended the same
 way: nothing outlives its job. Last, it writes ``exit.json`` (protocol's
 ``ExitRecord``) atomically and durably, and exits (or, given it by the fork
-server, waits for its next job there: :func:`serve` returns).
+server, waits for its next job there: :func:`serve` returns, saying whether
+the job is done, :class:`Served`).
 
 Every ``sample_interval`` it measures the tree into ``resources.json`` and
 ends the tree the same way as a stop when it passes ``memory_max`` or
@@ -67,10 +68,9 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
 if TYPE_CHECKING or __package__:
     from hopper.proc import gate
     from hopper.proc.gate import Gated
@@ -392,13 +392,31 @@ def _become_subreaper() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
 
 
+@dataclass(frozen=True)
+class Served:
+    """What :func:`serve` did with one job: the process's exit status when booted
+    by path (``code``), and whether the job ran and its exit.json is durable
+    (``done``). The fork server reads ``done``: a supervisor it forked says so
+    before it exits (the watcher files the job without waiting for this
+    process's teardown, ~1 ms for a forked Python, and the reaping), and one that
+    serves job after job waits for the next only after a job that is ``done``."""
+
+    code: int
+    done: bool
+
+
+JOB_DONE = Served(0, done=True)  # it ran, exit.json is durable, nothing left to do
+JOB_NOT_DONE = Served(0, done=False)  # refused or withdrawn, or no exit.json could land
+SPEC_REFUSED = Served(2, done=False)  # a spec it cannot serve: no pid line, the handshake broken
+
+
 def main(argv: list[str]) -> int:
     """Booted as ``supervise.py RUN_DIR``: the spec is the first line of stdin."""
     _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED)
     line = sys.stdin.readline()
     if not line:
         return 0  # the watcher went away before sending a spec
-    return serve(parse(line), argv[1] if len(argv) > 1 else None)
+    return serve(parse(line), argv[1] if len(argv) > 1 else None).code
 
 
 def parse(line: str | bytes) -> LaunchSpec | ProtocolError:
@@ -409,18 +427,19 @@ def parse(line: str | bytes) -> LaunchSpec | ProtocolError:
         return exc
 
 
-def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) -> int:
-    """Supervise the job of ``spec``; stdin/stdout carry the rest of the handshake."""
+def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) -> Served:
+    """Supervise the job of ``spec``; stdin/stdout carry the rest of the handshake.
+    What happened is the value returned (:class:`Served`)."""
     _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED)
     if isinstance(spec, ProtocolError):
         sys.stderr.write(f"hopper supervisor: {spec}\n")
-        return 2  # the watcher sees the handshake broken (no pid line)
+        return SPEC_REFUSED  # the watcher sees the handshake broken (no pid line)
     # A forked supervisor learns its run directory with the spec; it then
     # moves into it, which is how a restarted watcher finds it (its cwd).
     run_dir = spec.run_dir or default_run_dir
     if run_dir is None:
         sys.stderr.write("hopper supervisor: the launch spec names no run_dir\n")
-        return 2
+        return SPEC_REFUSED
     os.chdir(run_dir)
     sup = Supervisor(run_dir, spec)
     _become_subreaper()
@@ -445,35 +464,19 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
         sup.status = None
         # Not an error: the job never ran, so recovery may start it again.
         sup.record(started=False)
-        return 0
+        return JOB_NOT_DONE
     if error:
         job.refuse()
     else:
         error = job.release()
     if error:
         sup.record(started=False, error=error)
-        return 0
+        return JOB_NOT_DONE
     sup.run()
     figures = sup.meter.final_figures(sup.leftovers_killed, sup.reaped_cpu, sup.reaped_maxrss)
     if sup.limit == "output":
         sup.meter.cut_log()
-    if sup.record(started=True, resources=figures):
-        tell_done()
-    return 0
-
-
-# Set by the fork server in its forked supervisors (proc/forkserver.py's
-# ``Server.tell_done``): once exit.json is durable, a supervisor says so before
-# it exits, so the watcher files the job without waiting for this process's
-# teardown (~1 ms for a forked Python) and the reaping. None when booted by path.
-DONE: Callable[[], None] | None = None
-
-
-def tell_done() -> None:
-    """exit.json is durable and nothing is left to do: tell the fork server (a
-    hint: its ``exit`` report after the reaping still comes; never blocks)."""
-    if DONE is not None:
-        DONE()
+    return JOB_DONE if sup.record(started=True, resources=figures) else JOB_NOT_DONE
 
 
 if __name__ == "__main__":
