@@ -10,6 +10,7 @@ flood waited behind every prompt of it (134 s behind 65,000).
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,60 @@ def test_claims_stop_at_the_time_budget_and_go_on_next_turn(
         watcher.turn()
         seen.append((len(claimed), len(fake.started)))
     assert seen == [(5, 1), (10, 1), (12, 1)]  # the first job started after five claims
+
+
+def test_a_claim_batch_ends_once_the_loop_is_woken_and_the_end_is_handled_at_once(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch, claimed: list[str]
+) -> None:
+    """A job's end wakes the loop (SIGCHLD's byte on the wake-up pipe) in the middle
+    of a claim batch: the batch stops after the claim under way, and the same turn
+    files the end and starts the next job, instead of claiming on while the slot
+    waits (up to CLAIM_BUDGET, 0.2 s a turn, before this)."""
+    monkeypatch.setattr(claims_module, "CLAIM_BATCH", BATCH)
+    watcher, fake, clock = in_process(layout, max_parallel=1)
+    flood(layout, clock, 30)
+    watcher.turn()  # the start-up rescan: a batch claimed (nothing runs to wake the loop)
+    assert len(claimed) == BATCH and len(fake.started) == 1
+    first = fake.started[0]
+    real_take = Intake.take
+
+    def take(self: Intake, path: Path) -> object:
+        if len(claimed) == BATCH + 2:  # the job ends while the turn's third claim runs
+            fake.exits[first] = exit_status(clock)
+            watcher.waker.wake()
+        return real_take(self, path)
+
+    monkeypatch.setattr(Intake, "take", take)
+    watcher.turn()
+    assert len(claimed) == BATCH + 3, "the batch stops after the claim under way"
+    assert first not in watcher.runner.running_ids(), "the end is handled in that turn"
+    assert len(fake.started) == 2, "and the next job started in it"
+    watcher.waker.wait(0)  # the loop's sleep drains the pipe
+    watcher.turn()
+    assert len(claimed) == 2 * BATCH + 3, "not woken: a whole batch again"
+
+
+def test_a_start_that_reported_ends_a_claim_batch_too(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch, claimed: list[str]
+) -> None:
+    """A start's descriptor ready (a supervisor's pid line: the start can be
+    committed and released) ends the batch the same way."""
+    monkeypatch.setattr(claims_module, "CLAIM_BATCH", BATCH)
+    watcher, _fake, clock = in_process(layout, max_parallel=1)
+    flood(layout, clock, 30)
+    reported, writer = socket.socketpair()
+    monkeypatch.setattr(watcher.runner, "waiting_on", lambda: [reported])
+    real_take = Intake.take
+
+    def take(self: Intake, path: Path) -> object:
+        if len(claimed) == 1:  # while the second claim runs
+            writer.send(b'{"pid": 1}\n')
+        return real_take(self, path)
+
+    monkeypatch.setattr(Intake, "take", take)
+    try:
+        watcher.turn()
+        assert len(claimed) == 2
+    finally:
+        reported.close()
+        writer.close()

@@ -75,9 +75,13 @@ class Claims:
             and not any(c.path not in self.skipped for c in scan(self.layout.inbox))
         )
 
-    def turn(self) -> list[JobRecord]:
+    def turn(self, woken: Callable[[], bool] | None = None) -> list[JobRecord]:
         """Hints and rescans turned into complete prompts; a batch of them claimed:
-        the records they yielded (queued, or filed at claim: rejected)."""
+        the records they yielded (queued, or filed at claim: rejected).
+
+        ``woken()``, asked after each of the batch's claims, ends the batch early
+        when it says the loop has something else to do (a job ended, a start
+        reported); at least one prompt is claimed a turn."""
         complete, pending, rescan = self.events.drain()
         inbox = self.layout.inbox
         mono = self.clock.monotonic()
@@ -93,11 +97,12 @@ class Claims:
             self.rescan(full=rescan or mono >= self.next_rescan)
         elif rescan:
             self.next_rescan = 0.0  # after the backlog is claimed
-        return self._claim_batch()
+        return self._claim_batch(woken)
 
-    def _claim_batch(self) -> list[JobRecord]:
-        """Claim at most CLAIM_BATCH prompts (or CLAIM_BUDGET seconds' worth) from the
-        backlog, pinging as we go; a prompt dropped during a flood comes in the next batch."""
+    def _claim_batch(self, woken: Callable[[], bool] | None = None) -> list[JobRecord]:
+        """Claim at most CLAIM_BATCH prompts (or CLAIM_BUDGET seconds' worth, or until
+        ``woken`` says so) from the backlog, pinging as we go; a prompt dropped during
+        a flood comes in the next batch."""
         deadline = self.clock.monotonic() + CLAIM_BUDGET
         claimed: list[JobRecord] = []
         for path in self.backlog.batch(CLAIM_BATCH):
@@ -107,7 +112,7 @@ class Claims:
                 what=f"cannot claim {path} (retried at the next rescan)",
             )
             self.keepalive()
-            if self.clock.monotonic() >= deadline:
+            if self.clock.monotonic() >= deadline or (woken is not None and woken()):
                 break
         return claimed
 

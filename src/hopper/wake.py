@@ -42,6 +42,16 @@ class Waker:
             except BlockingIOError:
                 pass
 
+    def pending(self, also: Sequence[HasFileno] = ()) -> bool:
+        """Whether :meth:`wait` would return at once: woken, or one of ``also``
+        readable. Looks without draining anything (a long step asks this between
+        its items, to hand the loop back as soon as there is something to do)."""
+        watched: list[int | HasFileno] = [self._r, *also]
+        try:
+            return bool(select.select(watched, [], [], 0)[0])
+        except (OSError, ValueError):
+            return True  # a descriptor gone bad: let the loop's own wait sort it out
+
     def attach_signals(self) -> None:
         """Route signal wake-ups into this pipe (main thread only)."""
         signal.set_wakeup_fd(self._w, warn_on_full_buffer=False)

@@ -364,8 +364,14 @@ class Watcher:
         self._notify()
 
     def _intake(self) -> None:
-        """Claim a batch; each record it yielded queued, or (filed at claim) finished."""
-        for record in self.claims.turn():
+        """Claim a batch; each record it yielded queued, or (filed at claim) finished.
+
+        The batch hands the loop back early once the loop is woken (a job's end,
+        a start's report: its wake-up pipe or a start's descriptor is ready), so
+        a flood is claimed while jobs run, not while a finished job's slot waits
+        for the loop."""
+        waiting_on = self.runner.waiting_on()
+        for record in self.claims.turn(lambda: self.waker.pending(waiting_on)):
             self.guard.step(f"claimed:{record.id}", partial(self._claimed, record))
 
     def _claimed(self, record: JobRecord) -> None:
