@@ -101,10 +101,18 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from typing import Literal
+
     from hopper.proc.protocol import LaunchSpec, ProtocolError
+
+    # A linked supervisor's state: serving a job ("busy"; "retiring": its last, told
+    # to go once done), done with it (exit.json durable) but not yet freed by the
+    # watcher ("unfreed"), or freed and waiting on its link for the next ("free").
+    State = Literal["busy", "retiring", "unfreed", "free"]
 if TYPE_CHECKING or __package__:
     from hopper.proc import supervise
 else:  # run by path under -I -S: hopper is not importable, the supervisor is a sibling
@@ -154,6 +162,16 @@ def _fork() -> int:
     return os.fork()
 
 
+@dataclass
+class Linked:
+    """A supervisor that serves job after job (a spare, once given a job), as the
+    server knows it: our end of its link, its state, the jobs it was given."""
+
+    link: socket.socket
+    state: State = "busy"
+    jobs: int = 0
+
+
 class Server:
     def __init__(self, ctrl: socket.socket, max_jobs: int = MAX_JOBS) -> None:
         self.ctrl = ctrl
@@ -167,14 +185,9 @@ class Server:
         self.done_r.setblocking(False)
         self.spare: tuple[int, socket.socket] | None = None  # its pid, our end of its socket
         self.refill_at: float | None = None  # monotonic time to fork the next spare
-        # Supervisors that serve job after job (the spares, once given a job), by pid,
-        # with our end of each one's link: serving a job; done with it (exit.json
-        # durable) but not yet freed by the watcher; free and waiting, newest last.
-        self.busy: dict[int, socket.socket] = {}
-        self.unfreed: dict[int, socket.socket] = {}
-        self.idle: list[tuple[int, socket.socket]] = []
-        self.served: dict[int, int] = {}  # jobs each of them was given
-        self.retiring: set[int] = set()  # busy ones to serve no other job (retire)
+        # Supervisors that serve job after job (the spares, once given a job), by pid;
+        # the most recently freed is the last of the free ones.
+        self.linked: dict[int, Linked] = {}
 
     def serve(self) -> int:
         """Answer fork requests and report exits until the watcher goes away."""
@@ -187,16 +200,10 @@ class Server:
         """The watcher has gone: the free supervisors and the spare are told to go
         (EOF on their links) and reaped; busy ones finish their job, find EOF and
         exit (init reaps them)."""
-        pids = [pid for pid, _ in self.idle] + list(self.unfreed)
-        for _, link in self.idle:
-            link.close()
-        for link in self.unfreed.values():
-            link.close()
-        for link in self.busy.values():
-            link.close()
-        self.idle.clear()
-        self.unfreed.clear()
-        self.busy.clear()
+        pids = [pid for pid, sup in self.linked.items() if sup.state in ("unfreed", "free")]
+        for sup in self.linked.values():
+            sup.link.close()
+        self.linked.clear()
         if self.spare is not None:
             pids.append(self.spare[0])
             self.spare[1].close()
@@ -219,9 +226,7 @@ class Server:
         while True:
             due = self.refill_at
             timeout = None if due is None else max(0.0, due - time.monotonic())
-            links = {s.fileno(): pid for pid, s in self.busy.items()}
-            links.update({s.fileno(): pid for pid, s in self.unfreed.items()})
-            links.update({s.fileno(): pid for pid, s in self.idle})
+            links = {sup.link.fileno(): pid for pid, sup in self.linked.items()}
             ready, _, _ = select.select(
                 [self.ctrl.fileno(), self.wake_r, done, *links], [], [], timeout
             )
@@ -267,15 +272,18 @@ class Server:
             for fd in fds:
                 os.close(fd)
             return self.send(b"error the fork server got a malformed request")
-        spare = self.take_idle() or self.take_spare()
+        spare = self.take_free() or self.take_spare()
         if spare is not None:
             # The answer first: the spare, woken by the hand-over, may take the
             # core from the server until it blocks again.
             pid, link = spare
             answered = self.send(b"pid %d" % pid)
             if self.hand_over(spare, fds[0]):
-                self.busy[pid] = link  # until it says done (or its link says EOF)
-                self.served[pid] = self.served.get(pid, 0) + 1
+                sup = self.linked.setdefault(pid, Linked(link))  # a spare: its first job
+                sup.state = "busy"  # until it says done (or its link says EOF)
+                sup.jobs += 1
+            else:
+                self.linked.pop(pid, None)  # it died (its link closed); a spare had no record
             return answered
         line = _read_line(fds[0])
         if not line:
@@ -320,10 +328,8 @@ class Server:
         self.ctrl.close()
         if self.spare is not None:
             self.spare[1].close()  # else the spare would not see EOF when the server exits
-        for link in [*self.busy.values(), *self.unfreed.values()]:
-            link.close()
-        for _, link in self.idle:
-            link.close()
+        for sup in self.linked.values():
+            sup.link.close()
         gc.enable()
         os.setsid()  # out of the server's session: it and the watcher may die
 
@@ -367,42 +373,44 @@ class Server:
         self.refill_at = max(self.refill_at or 0.0, time.monotonic() + delay)
 
     # -- supervisors that serve job after job ------------------------------------------
-    def take_idle(self) -> tuple[int, socket.socket] | None:
+    def take_free(self) -> tuple[int, socket.socket] | None:
         """The most recently freed supervisor that still lives (a free one never
         writes: a readable link is its EOF), or None."""
-        while self.idle:
-            pid, link = self.idle.pop()
+        for pid in [pid for pid, sup in self.linked.items() if sup.state == "free"][::-1]:
+            link = self.linked[pid].link
             if select.select([link], [], [], 0)[0]:
-                link.close()  # it died; its exit is reported when it is reaped
+                self.drop(pid)  # it died; its exit is reported when it is reaped
                 continue
             return pid, link
         return None
 
+    def drop(self, pid: int) -> None:
+        """Forget a linked supervisor and close our end of its link: EOF there tells
+        a live one to go (it exits, and is reported when reaped)."""
+        sup = self.linked.pop(pid, None)
+        if sup is not None:
+            sup.link.close()
+
     def link_ready(self, pid: int) -> bool:
         """A supervisor's link is readable: ``done`` (its exit.json is durable, it
         waits to be freed), else EOF (it exited). False once the watcher has gone."""
-        link = self.busy.pop(pid, None)
-        if link is None:  # unfreed or idle: it never writes there, so it died
-            link = self.unfreed.pop(pid, None)
-            for i, (other, _) in enumerate(self.idle):
-                if other == pid:
-                    link = self.idle.pop(i)[1]
-                    break
-            if link is not None:
-                link.close()
+        sup = self.linked.get(pid)
+        if sup is None:
+            return True
+        if sup.state in ("unfreed", "free"):  # it never writes there, so it died
+            self.drop(pid)
             return True
         try:
-            msg = link.recv(16)
+            msg = sup.link.recv(16)
         except OSError:
             msg = b""
         if msg != b"done":
-            link.close()
+            self.drop(pid)
             return True
-        if pid in self.retiring:
-            self.retiring.discard(pid)
-            link.close()  # EOF: it exits, and is reported when reaped
+        if sup.state == "retiring":
+            self.drop(pid)  # EOF: it exits, and is reported when reaped
         else:
-            self.unfreed[pid] = link
+            sup.state = "unfreed"
         if not self.send(b"done %d" % pid):
             return False
         self.wake_watcher()
@@ -413,24 +421,28 @@ class Server:
         without filing it (another watcher took it over, whose record may name
         ``pid`` for it): that supervisor serves no other job. It is told to go
         (EOF on its link) now if it is done, else once it says ``done``."""
-        link = self.unfreed.pop(pid, None)
-        if link is not None:
-            link.close()
-        elif pid in self.busy:
-            self.retiring.add(pid)
+        sup = self.linked.get(pid)
+        if sup is None:
+            return
+        if sup.state == "unfreed":
+            self.drop(pid)
+        elif sup.state == "busy":
+            sup.state = "retiring"
 
     def free(self, pid: int) -> None:
         """The watcher has filed the job supervisor ``pid`` served and will never
         signal it for that job again: it may be given the next one (or, past the
         caps, told to go). A ``free`` for a supervisor not waiting for one is ignored."""
-        link = self.unfreed.pop(pid, None)
-        if link is None:
+        sup = self.linked.get(pid)
+        if sup is None or sup.state != "unfreed":
             return
-        if self.served.get(pid, 0) >= self.max_jobs or len(self.idle) >= MAX_IDLE:
-            link.close()  # EOF: it exits, and is reported when reaped
-            self.served.pop(pid, None)
+        free = sum(1 for other in self.linked.values() if other.state == "free")
+        if sup.jobs >= self.max_jobs or free >= MAX_IDLE:
+            self.drop(pid)  # EOF: it exits, and is reported when reaped
             return
-        self.idle.append((pid, link))
+        sup.state = "free"
+        del self.linked[pid]
+        self.linked[pid] = sup  # the last: the next request takes the most recently freed
 
     @staticmethod
     def hand_over(spare: tuple[int, socket.socket], channel: int) -> bool:
@@ -534,7 +546,6 @@ class Server:
             if pid == 0:
                 break
             reaped = True
-            self.served.pop(pid, None)
             if not self.send(b"exit %d %d" % (pid, status)):
                 return False
         if reaped:
