@@ -55,12 +55,16 @@ class Runner:
     scale: ScaleOut  # the leases a running job holds
     endings: Endings
     guard: LoopGuard  # one bad job never stops the loop
+    # A plain job's end may be filed after the turn's starts (file_deferred): no
+    # budget counts the spend it files (the watcher sets this: no budget rules).
+    defer_filing: bool = False
     _running: dict[str, Running] = field(default_factory=dict)
     _child_exited: bool = True  # set through note_child_exit (the SIGCHLD handler)
     _requeued: list[JobRecord] = field(default_factory=list)  # retries, for the scheduler
     _io_errors: int = 0  # failed writes since start (disk full …), for status reports
     _next_sweep: float = 0.0
     _groups: dict[str, list[Running]] | None = None  # running jobs by executor (None: stale)
+    _deferred: list[tuple[Ended, Running]] = field(default_factory=list)  # file_deferred's
     _starts: PendingStarts = field(init=False)  # begun, not yet released
     _watch: RunningWatch = field(init=False)  # ABORT markers and heartbeats of the running
 
@@ -84,6 +88,7 @@ class Runner:
             self.guard.step(f"start-up: executor {name}", executor.open)
 
     def close(self) -> None:
+        self.guard.step("shut-down: ends not filed yet", self.file_deferred)
         self.guard.step("shut-down: starts on their way", self.finish_starts)
         self.guard.step("shut-down: the starts' lane", self._starts.close)
         for name, executor in self.executors.items():
@@ -221,10 +226,11 @@ class Runner:
                 continue  # never started here; recovery reports it
             polled = executor.poll(jobs, tick)
             failed.extend(polled.failed)
-            if len(polled.ended) > 1:  # one group commit for this poll's terminal records
-                self.ended_many(polled.ended, failed)
-            elif polled.ended:
-                self._settle(polled.ended[0], failed)
+            ended = [e for e in polled.ended if not self._defer(e)]
+            if len(ended) > 1:  # one group commit for this poll's terminal records
+                self.ended_many(ended, failed)
+            elif ended:
+                self._settle(ended[0], failed)
             for job, reason in polled.stop:
                 if not job.stop_sent and job.record.id in self._running:
                     self.request_stop(job, reason)
@@ -240,6 +246,10 @@ class Runner:
                 what=f"job={job.record.id} cannot be watched",
             ):
                 failed.append(job)
+        self._kept(failed)
+
+    def _kept(self, failed: list[Running]) -> None:
+        """Jobs whose end could not be filed (or that could not be looked at) now."""
         for job in failed:
             if run_dir_gone(job.run_dir):
                 self._vanished(job)  # deleted (or swapped for a link) under it: filed lost once
@@ -247,6 +257,62 @@ class Runner:
                 # ENOSPC, EIO, a bad file in its run directory …: keep the job and try
                 # again next tick (logged once); the supervisor's exit.json is durable.
                 self._io_errors += 1
+
+    # -- an end filed after the turn's starts -------------------------------------
+    def _defer(self, end: Ended) -> bool:
+        """Leave ``end`` for :meth:`file_deferred`, after the turn's starts; True if so.
+
+        A plain job that exited (no session, no workspace, no budget to count its
+        spend: ``defer_filing``) frees its slot at once: out of the running set,
+        its leases given back, so the next job is started, committed and
+        released before this one's terminal record and prompt are filed (at one
+        slot, the next job runs while this one is filed). Its exit.json is
+        durable, so a crash before the filing files it at recovery, as ever.
+        Nothing that reads the filed record decides a start: ``after``
+        dependencies read job.json (still ``running``), a session's next turn
+        and a budget are not deferred."""
+        record = end.record
+        if not (
+            self.defer_filing
+            and end.how is How.EXITED
+            and record.session is None
+            and record.workspace == "none"
+            and end.job_id in self._running
+        ):
+            return False
+        begun = self._begin_end(end)
+        if begun is None:
+            return True  # taken over: its leases are the new owner's now
+        end, job = begun
+        assert job is not None  # it was in the running set
+        self.scale.release(end.record)
+        self._deferred.append((end, job))
+        return True
+
+    def file_deferred(self) -> None:
+        """File the ends :meth:`poll` left for after the turn's starts, in one group
+        commit (their leases are back already); one that cannot be filed is kept in
+        the running set and tried again next tick, as :meth:`ended_many` does."""
+        deferred, self._deferred = self._deferred, []
+        if not deferred:
+            return
+        results = self.endings.file_many([end for end, _ in deferred])
+        failed: list[Running] = []
+        for (end, job), result in zip(deferred, results, strict=True):
+            key = f"end:{end.job_id}"
+            if isinstance(result, Exception):
+                self.guard.report(key, result, what=f"job={end.job_id} cannot be finished")
+                if end.job_id not in self._running:
+                    self._track(job)
+                failed.append(job)
+                continue
+            self.guard.clear(key)
+            self.guard.step(
+                f"end-after:{end.job_id}",
+                self._after_filing(end, job, result, released=True),
+                what=f"job={end.job_id} filed; its worktree or hooks failed",
+            )
+        self._kept(failed)
 
     def _settle(self, end: Ended, failed: list[Running]) -> None:
         """Handle one end a poll reported; if that fails, keep the job for the next tick."""
@@ -359,10 +425,10 @@ class Runner:
             )
 
     def _after_filing(
-        self, end: Ended, job: Running | None, record: JobRecord
+        self, end: Ended, job: Running | None, record: JobRecord, *, released: bool = False
     ) -> Callable[[], None]:
         def after() -> None:
-            self._end_filed(end, job, record, False)
+            self._end_filed(end, job, record, False, released=released)
 
         return after
 
@@ -387,12 +453,19 @@ class Runner:
         return end, job
 
     def _end_filed(
-        self, end: Ended, job: Running | None, record: JobRecord, leased: bool
+        self,
+        end: Ended,
+        job: Running | None,
+        record: JobRecord,
+        leased: bool,
+        *,
+        released: bool = False,
     ) -> JobRecord:
-        """After the filing: leases back, then a retry queued, or worktree and hooks."""
+        """After the filing: leases back (unless ``released`` before it), then a retry
+        queued, or worktree and hooks."""
         if end.filed is not None:
             end.filed()  # filed: what served it may serve another (never signalled for it again)
-        if job is not None or leased:
+        if (job is not None or leased) and not released:
             self.scale.release(end.record)
         if not is_terminal(record.state):
             self._requeued.append(record)  # a retry

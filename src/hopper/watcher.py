@@ -109,7 +109,15 @@ class Watcher:
             executors = registry.build(ctx)
         endings = Endings(config, self.intake, self.clock, self.hooks, agents)
         self.runner = Runner(
-            layout, config, self.intake, self.clock, executors, self.scale, endings, self.guard
+            layout,
+            config,
+            self.intake,
+            self.clock,
+            executors,
+            self.scale,
+            endings,
+            self.guard,
+            defer_filing=not config.budgets.all_rules(),  # no spend to count before a start
         )
         self.degraded: str | None = None  # why the root takes no writes now (None: healthy)
         self._last_beat = self.clock.monotonic()
@@ -297,6 +305,8 @@ class Watcher:
             self.starts.budgets.refresh()
             self._guarded("start", self.starts.start_queued)
         self._guarded("starts", self.runner.settle_starts)
+        # Plain jobs' ends, left by the poll for after those starts (Runner._defer).
+        self._guarded("file", self.runner.file_deferred)
         if not self.flags.stop:
             self._guarded("budgets", self.starts.budget_turn)  # news, on_budget = "stop"
         if not self.flags.stop and self.degraded is None:
