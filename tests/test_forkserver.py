@@ -104,7 +104,9 @@ def test_a_supervisor_says_done_once_its_exit_record_is_durable_and_waits_for_th
     assert heard == [(b"done", True, True)]
     assert _exit(run_dir)["exit_code"] == 4
     sup = psutil.Process(proc.pid)
-    assert sup.status() != psutil.STATUS_ZOMBIE and sup.cwd() == "/"
+    assert sup.status() != psutil.STATUS_ZOMBIE
+    # out of the run directory right after its `done` (it says done first)
+    wait_for(lambda: sup.cwd() == "/", what="the done supervisor to leave the run directory")
 
 
 def test_supervisors_outlive_a_killed_fork_server_which_the_next_start_replaces(

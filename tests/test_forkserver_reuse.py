@@ -70,7 +70,8 @@ def test_a_freed_supervisor_serves_the_next_job_each_with_its_own_record(
     assert (b["exit_code"], b["supervisor_pid"], b["started"]) == (4, first.pid, True)
     assert (tmp_path / "a" / "job.log").read_text() == "a\n"
     assert (tmp_path / "b" / "job.log").read_text() == "b\n"
-    assert psutil.Process(first.pid).cwd() == "/"  # found by no run directory while free
+    # found by no run directory while free (it leaves it right after its `done`)
+    wait_for(lambda: psutil.Process(first.pid).cwd() == "/", what="the supervisor in /")
 
 
 def test_a_supervisor_not_freed_is_not_given_another_job(
@@ -139,7 +140,9 @@ def test_nothing_a_job_opened_is_left_open_for_the_next(
     waiting = _fds(spare)  # before any job
     first = _done(server, tmp_path / "a", "echo a")
     assert first.pid == spare
-    assert _fds(spare) == waiting  # the same descriptors, pointing at the same things
+    # the same descriptors, pointing at the same things, once it has cleaned up after
+    # its `done` (before it can take another job: that comes by the link it reads next)
+    wait_for(lambda: _fds(spare) == waiting, what="the job's descriptors closed")
     server.free(first)
     gate = tmp_path / "gate"
     second = _start(server, tmp_path / "b", _gated(gate, 0))

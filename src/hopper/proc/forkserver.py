@@ -55,10 +55,11 @@ EOF on its link: when the server exits (the watcher went away), so does the
 spare, which never ran anything.
 
 Job after job: a supervisor that was a spare keeps its link. Once its job's
-exit.json is durable it leaves the run directory (``chdir /``: a restarted
-watcher finds supervisors by their cwd), closes every descriptor the job
-left open (it keeps only what it held before its first job), says ``done``
-on its link and waits there, as the spare does, for the next job's channel.
+exit.json is durable it says ``done`` on its link, then leaves the run
+directory (``chdir /``: a restarted watcher finds supervisors by their cwd)
+and closes every descriptor the job left open (it keeps only what it held
+before its first job) while the watcher files the job, and waits on its
+link, as the spare does, for the next job's channel.
 The server passes ``done N`` on; once the watcher sends ``free N`` the
 supervisor is free, and the next request takes the most recently freed one
 before the spare. It is told to go (EOF on its link: it exits) instead when
@@ -489,8 +490,14 @@ class Server:
                 code = served.code
                 if not served.done:
                     return  # its job never ran, or no record landed: one job only
-                # Out of the run directory (a restarted watcher finds supervisors by
-                # their cwd), nothing of the job's left open, then ready for the next.
+                # `done` first: the watcher files the job from its durable exit.json
+                # meanwhile; a next job can only come by the recv above, after this
+                # supervisor has left the run directory (a restarted watcher finds
+                # supervisors by their cwd) and closed everything of the job's.
+                try:
+                    link.send(b"done")
+                except OSError:
+                    return  # the server has gone (and so the watcher): exit
                 os.chdir("/")
                 for fd in _open_fds() - keep:
                     try:
@@ -498,10 +505,6 @@ class Server:
                     except OSError:
                         pass
                 code = 0
-                try:
-                    link.send(b"done")
-                except OSError:
-                    return  # the server has gone (and so the watcher): exit
         except BaseException:  # the child must never return into the server's loop
             sys.excepthook(*sys.exc_info())
         finally:
