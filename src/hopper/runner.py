@@ -296,22 +296,8 @@ class Runner:
         deferred, self._deferred = self._deferred, []
         if not deferred:
             return
-        results = self.endings.file_many([end for end, _ in deferred])
         failed: list[Running] = []
-        for (end, job), result in zip(deferred, results, strict=True):
-            key = f"end:{end.job_id}"
-            if isinstance(result, Exception):
-                self.guard.report(key, result, what=f"job={end.job_id} cannot be finished")
-                if end.job_id not in self._running:
-                    self._track(job)
-                failed.append(job)
-                continue
-            self.guard.clear(key)
-            self.guard.step(
-                f"end-after:{end.job_id}",
-                self._after_filing(end, job, result, released=True),
-                what=f"job={end.job_id} filed; its worktree or hooks failed",
-            )
+        self._file_begun(list(deferred), failed, released=True)
         self._kept(failed)
 
     def _settle(self, end: Ended, failed: list[Running]) -> None:
@@ -406,7 +392,18 @@ class Runner:
         """The ends one poll reported, handled as :meth:`ended` handles each, their
         terminal records filed with one group commit. A job whose filing failed
         is kept (in ``failed`` and the running set) and tried again next tick."""
-        begun = [b for end in ends if (b := self._begin_end(end)) is not None]
+        self._file_begun([b for end in ends if (b := self._begin_end(end)) is not None], failed)
+
+    def _file_begun(
+        self,
+        begun: list[tuple[Ended, Running | None]],
+        failed: list[Running],
+        *,
+        released: bool = False,
+    ) -> None:
+        """File ends already out of the running set, in one group commit; one whose
+        filing failed is tracked again and added to ``failed`` (tried next tick).
+        ``released``: their leases were given back before (``Runner._defer``)."""
         results = self.endings.file_many([end for end, _ in begun])
         for (end, job), result in zip(begun, results, strict=True):
             key = f"end:{end.job_id}"
@@ -420,7 +417,7 @@ class Runner:
             self.guard.clear(key)
             self.guard.step(
                 f"end-after:{end.job_id}",
-                self._after_filing(end, job, result),
+                self._after_filing(end, job, result, released=released),
                 what=f"job={end.job_id} filed; its worktree or hooks failed",
             )
 
