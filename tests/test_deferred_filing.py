@@ -124,3 +124,26 @@ def test_a_deferred_end_that_cannot_be_filed_is_kept_and_filed_next_tick(
     assert read_record(layout.run_dir(first)).state is JobState.SUCCEEDED
     holders = watcher.scale.leases.holders("all", clock.time())
     assert [lease.job_id for lease in holders] == [fake.started[1]]
+
+
+def test_an_end_waiting_for_its_filing_is_left_alone_by_recovery(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the poll that saw the end and its filing the job is in no running set;
+    the runner still says it tracks it, so a recovery pass in between would not file
+    it a second time from its exit.json."""
+    watcher, fake, clock, first = two_queued(layout)
+    seen: list[bool] = []
+    real = watcher.runner.start
+
+    def start(record: object) -> bool:
+        seen.append(watcher.runner.is_tracking(first))
+        return real(record)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(watcher.runner, "start", start)
+    fake.exits[first] = exit_status(clock, 0)
+    clock.advance(1.0)
+    watcher.turn()
+    assert seen == [True], "tracked while the next job started, before its filing"
+    assert first not in watcher.runner.running_ids()
+    assert not watcher.runner.is_tracking(first), "filed: no longer tracked"

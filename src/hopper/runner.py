@@ -146,8 +146,13 @@ class Runner:
         return list(self._running.values())
 
     def is_tracking(self, job_id: str) -> bool:
-        """Is this job running here or on its way to (recovery leaves it alone)?"""
-        return job_id in self._running or job_id in self._starts
+        """Is this job running here, on its way to, or ended and not yet filed
+        (``file_deferred``)? Recovery leaves it alone."""
+        return (
+            job_id in self._running
+            or job_id in self._starts
+            or any(end.job_id == job_id for end, _ in self._deferred)
+        )
 
     def take_requeued(self) -> list[JobRecord]:
         """The jobs handed back to the queue since the last call (retries, deferred starts)."""
