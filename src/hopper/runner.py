@@ -302,7 +302,7 @@ class Runner:
         if not deferred:
             return
         failed: list[Running] = []
-        self._file_begun(list(deferred), failed, released=True)
+        self._file_begun(deferred, failed, leases_held=False)
         self._kept(failed)
 
     def _settle(self, end: Ended, failed: list[Running]) -> None:
@@ -391,7 +391,7 @@ class Runner:
             if job is not None:
                 self._track(job)
             raise
-        return self._end_filed(end, job, record, leased)
+        return self._end_filed(end, record, give_back=job is not None or leased)
 
     def ended_many(self, ends: Sequence[Ended], failed: list[Running]) -> None:
         """The ends one poll reported, handled as :meth:`ended` handles each, their
@@ -401,14 +401,14 @@ class Runner:
 
     def _file_begun(
         self,
-        begun: list[tuple[Ended, Running | None]],
+        begun: Sequence[tuple[Ended, Running | None]],
         failed: list[Running],
         *,
-        released: bool = False,
+        leases_held: bool = True,
     ) -> None:
         """File ends already out of the running set, in one group commit; one whose
         filing failed is tracked again and added to ``failed`` (tried next tick).
-        ``released``: their leases were given back before (``Runner._defer``)."""
+        ``leases_held`` False: their leases were given back before (``Runner._defer``)."""
         results = self.endings.file_many([end for end, _ in begun])
         for (end, job), result in zip(begun, results, strict=True):
             key = f"end:{end.job_id}"
@@ -422,15 +422,15 @@ class Runner:
             self.guard.clear(key)
             self.guard.step(
                 f"end-after:{end.job_id}",
-                self._after_filing(end, job, result, released=released),
+                self._after_filing(end, result, give_back=leases_held and job is not None),
                 what=f"job={end.job_id} filed; its worktree or hooks failed",
             )
 
     def _after_filing(
-        self, end: Ended, job: Running | None, record: JobRecord, *, released: bool = False
+        self, end: Ended, record: JobRecord, *, give_back: bool
     ) -> Callable[[], None]:
         def after() -> None:
-            self._end_filed(end, job, record, False, released=released)
+            self._end_filed(end, record, give_back=give_back)
 
         return after
 
@@ -454,20 +454,12 @@ class Runner:
             return None
         return end, job
 
-    def _end_filed(
-        self,
-        end: Ended,
-        job: Running | None,
-        record: JobRecord,
-        leased: bool,
-        *,
-        released: bool = False,
-    ) -> JobRecord:
-        """After the filing: leases back (unless ``released`` before it), then a retry
-        queued, or worktree and hooks."""
+    def _end_filed(self, end: Ended, record: JobRecord, *, give_back: bool) -> JobRecord:
+        """After the filing: its leases back (``give_back``: it still holds them), then
+        a retry queued, or worktree and hooks."""
         if end.filed is not None:
             end.filed()  # filed: what served it may serve another (never signalled for it again)
-        if (job is not None or leased) and not released:
+        if give_back:
             self.scale.release(end.record)
         if not is_terminal(record.state):
             self._requeued.append(record)  # a retry
