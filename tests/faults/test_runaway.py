@@ -186,9 +186,11 @@ def test_nan_timeout_reaching_the_supervisor_means_none_not_a_spin(tmp_path: Pat
     record = json.loads((run_dir / "exit.json").read_text())
     assert (record["exit_code"], record["timed_out"]) == (0, False)
     cpu = usage.ru_utime + usage.ru_stime
-    # Starting Python costs ~0.03 s; a spinning supervisor burns the whole 3 s
-    # (or, on a loaded machine, whatever share of a core it gets: still far more).
-    assert cpu < 0.15, f"the supervisor used {cpu:.2f}s of CPU over a 3 s job: it spun"
+    # A supervisor booted by path costs ~0.09-0.12 s of CPU on a 2-core machine busy
+    # with the rest of the suite (Python and its imports; 0.15 s was passed once in a
+    # full run); a spinning one burns the whole 3 s (or, on a loaded machine, its
+    # share of a core over 3 s: still several times this bound).
+    assert cpu < 0.5, f"the supervisor used {cpu:.2f}s of CPU over a 3 s job: it spun"
 
 
 def test_output_limit_kills_a_writer_that_ignores_sigterm_at_once(
