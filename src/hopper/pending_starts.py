@@ -24,6 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from hopper import prepare
+from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core import lifecycle
 from hopper.core.lifecycle import StartFailed
@@ -46,6 +47,7 @@ from hopper.executors.protocol import (
 from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
 from hopper.proc.forkclient import Lost
+from hopper.proc.protocol import lease_break_time
 from hopper.running import Running
 from hopper.scaleout import ScaleOut
 from hopper.store import ledger
@@ -56,12 +58,32 @@ from hopper.workspace_start import WorkspaceStart
 
 log = logging.getLogger(__name__)
 
+AHEAD_HOLD_MIN = 2.0  # seconds: a shorter hold would begin a start ahead afresh too often
+
 
 def describe(exc: BaseException) -> str:
     """The exception as a detail says it ("[Errno 0]" dropped: no errno to show)."""
     if isinstance(exc, OSError) and not exc.errno and exc.strerror:
         return exc.strerror
     return str(exc)
+
+
+def ahead_hold(lease_break: float | None, poll_interval: float) -> float | None:
+    """How long a start ahead may wait before it is withdrawn and begun afresh, so
+    that its job can wait at a spawned gate (proc/gate.py), which the kernel opens
+    after ``lease_break`` seconds (its lease-break-time); None: it waits as long as
+    the slots stay busy, at a forked gate (~1.4 ms slower from the release to the
+    job's exec: the forked supervisor's memory is torn down in its exec).
+
+    Half the lease-break-time (22.5 s of the default 45): the loop turns at least
+    every ``poll_interval`` while jobs are queued, and a loop held up for longer
+    than the other half still finds the start ahead too old and begins the job
+    afresh (:meth:`PendingStarts._take_ahead`). Too short a time (a
+    lease-break-time under a few of the loop's polls) keeps the forked gate."""
+    if lease_break is None:
+        return None
+    hold = lease_break / 2
+    return hold if hold >= max(AHEAD_HOLD_MIN, 4 * poll_interval) else None
 
 
 def cause_of(exc: BaseException) -> StartCause:
@@ -94,12 +116,18 @@ class PendingStarts:
     scale: ScaleOut  # the leases a start holds
     guard: LoopGuard  # one bad job never stops the loop
     executors: Mapping[str, Executor]
+    clock: Clock
     _starting: dict[str, Starting] = field(default_factory=dict)  # begun, not yet released
     lane: Lane = field(default_factory=lambda: Lane("workspace"))  # git worktree add, off the loop
     _ahead: Starting | None = None  # begun for the next job while every slot is busy
+    _ahead_until: float | None = None  # monotonic: past it, the start ahead is begun afresh
     _no_ahead: str | None = None  # the job whose start ahead failed: left to its real start
     _tries: dict[str, int] = field(default_factory=dict)  # job id -> failed starts in a row
     _out: StartsDone = field(default_factory=StartsDone)  # what the call under way came to
+    _hold: float | None = field(init=False)  # ahead_hold's, for this machine and config
+
+    def __post_init__(self) -> None:
+        self._hold = ahead_hold(lease_break_time(), self.config.poll_interval)
 
     def __len__(self) -> int:
         return len(self._starting)
@@ -122,9 +150,11 @@ class PendingStarts:
         Whatever happens next (it runs, it waits for its executor, it is
         rejected) is this method's to settle, in what it returns: it never raises.
         """
+        until = self._ahead_until
         ahead = self._take_ahead(record)
         if not self.scale.acquire(record):
-            self._ahead = ahead  # kept for when a slot is ours
+            if ahead is not None:  # kept for when a slot is ours
+                self._ahead, self._ahead_until = ahead, until
             return StartsDone(held=False)
         if ahead is not None:
             self._starting[record.id] = ahead  # its supervisor is (being) forked: settle goes on
@@ -165,25 +195,34 @@ class PendingStarts:
         launch = self._launch(record, run_dir)
         if isinstance(launch, Ended):
             return
+        hold = self._hold
         try:
-            result = executor.start(replace(launch, ahead=True))
+            result = executor.start(replace(launch, ahead=True, held_for=hold))
         except Exception:  # left to the job's real start, which judges it
             return
         if isinstance(result, Starting):
             self._ahead, self._no_ahead = result, None
+            self._ahead_until = None if hold is None else self.clock.monotonic() + hold
 
     def keep_ahead(self, queued: Mapping[str, JobRecord]) -> None:
-        """Withdraw the start ahead unless its job is still queued here, unchanged."""
+        """Withdraw the start ahead unless its job is still queued here, unchanged,
+        and it has waited less than its hold (:func:`ahead_hold`; it is then begun
+        afresh, by the caller's next :meth:`start_ahead`)."""
         ahead = self._ahead
-        if ahead is not None and queued.get(ahead.record.id) != ahead.record:
+        if ahead is not None and (queued.get(ahead.record.id) != ahead.record or self._expired()):
             self.drop_ahead(ahead.record.id)
+
+    def _expired(self) -> bool:
+        """The start ahead has waited its hold out: its spawned gate may give way soon."""
+        until = self._ahead_until
+        return until is not None and self.clock.monotonic() >= until
 
     def drop_ahead(self, job_id: str) -> None:
         """``job_id`` leaves the queue another way (aborted, failed, taken over):
         withdraw its start ahead, if it has one, before anything else touches its run."""
         ahead = self._ahead
         if ahead is not None and ahead.record.id == job_id:
-            self._ahead = None
+            self._ahead = self._ahead_until = None
             self.guard.step(f"withdraw:{job_id}", ahead.withdraw)
 
     def _take_ahead(self, record: JobRecord) -> Starting | None:
@@ -192,8 +231,9 @@ class PendingStarts:
         ahead = self._ahead
         if ahead is None or ahead.record.id != record.id:
             return None
-        self._ahead = None
-        if ahead.record != record:
+        expired = self._expired()
+        self._ahead = self._ahead_until = None
+        if ahead.record != record or expired:
             self.guard.step(f"withdraw:{record.id}", ahead.withdraw)
             return None
         return ahead

@@ -70,7 +70,13 @@ class Runner:
 
     def __post_init__(self) -> None:
         self._starts = PendingStarts(
-            self.layout, self.config, self.intake, self.scale, self.guard, self.executors
+            self.layout,
+            self.config,
+            self.intake,
+            self.scale,
+            self.guard,
+            self.executors,
+            self.clock,
         )
         self._watch = RunningWatch(
             self.layout.runs,

@@ -138,6 +138,10 @@ class Launch:
     # Begin it ahead, while every slot is busy: only if it records and makes
     # nothing a withdraw cannot undo (else answer Deferred, nothing done).
     ahead: bool = False
+    # A start ahead is released or withdrawn within this many seconds (the shell
+    # begins it afresh after that: pending_starts.py); None: it may wait as long
+    # as the slots stay busy.
+    held_for: float | None = None
 
 
 @dataclass(frozen=True)

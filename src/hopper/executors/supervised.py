@@ -205,7 +205,9 @@ class Supervised:
             output_max=record.output_max_bytes,
             sample_interval=config.sample_interval,
             idle_timeout=prep.idle_timeout,
-            long_gate=launch.ahead,  # released when a slot frees: maybe minutes from now
+            # A start ahead with no bound on its wait is forked; one the shell withdraws
+            # within lease-break-time is spawned, as a start is (proc/gate.py).
+            long_gate=launch.ahead and launch.held_for is None,
             files=command.files,  # written by the supervisor at the release (prepare.py)
             make_cwd=in_scratch(launch.workdir, run_dir),  # work/: made by the supervisor too
         )

@@ -44,7 +44,12 @@ import fcntl
 import os
 import signal
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING or __package__:
+    from hopper.proc.protocol import lease_break_time
+else:  # loaded by path beside the supervisor (python -I -S): its siblings are plain modules
+    from protocol import lease_break_time
 
 SPAWN_SETPGROUP, SPAWN_SETSIGDEF, SPAWN_SETSIGMASK = 0x02, 0x04, 0x08
 # Python ignores SIGPIPE and SIGXFSZ; the job gets them, and SIGINT/SIGTERM, at their defaults.
@@ -81,9 +86,9 @@ def load() -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.posix_spawn_file_actions_addchdir_np  # glibc >= 2.29  # noqa: B018
-        with open("/proc/sys/fs/lease-break-time", "rb") as f:
-            if int(f.read()) < 1:
-                return False  # the lease would not hold the child at all
+        held = lease_break_time()
+        if held is None or held < 1:
+            return False  # the lease would not hold the child at all
         tid = _thread.get_native_id()
         if not os.path.exists(f"/proc/self/task/{tid}/children"):
             return False  # no way to learn the child's pid before it execs

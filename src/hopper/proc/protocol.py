@@ -32,6 +32,19 @@ class ProtocolError(ValueError):
     """A launch spec or exit record that does not match the contract."""
 
 
+LEASE_BREAK_FILE = "/proc/sys/fs/lease-break-time"
+
+
+def lease_break_time() -> float | None:
+    """Seconds the kernel lets a lease holder keep an opener waiting (the most a
+    spawned job can be held at its gate, proc/gate.py); None where it cannot be read."""
+    try:
+        with open(LEASE_BREAK_FILE, "rb") as f:
+            return float(int(f.read(32)))
+    except (OSError, ValueError):
+        return None
+
+
 def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -205,8 +218,9 @@ class LaunchSpec:
     idle_timeout: float | None = None  # job.log not growing this long ends the tree (bash)
     run_dir: str | None = None  # set by spawn.launch: a pooled supervisor learns it here
     # The job may wait at its gate for long (a start ahead, released when a slot
-    # frees): forked, since a spawned job's gate gives way after the kernel's
-    # lease-break-time (proc/gate.py).
+    # frees, with no bound on when): forked, since a spawned job's gate gives way
+    # after the kernel's lease-break-time (proc/gate.py, :func:`lease_break_time`).
+    # A start ahead the watcher withdraws well within that time is spawned.
     long_gate: bool = False
     # Files the job reads, by name in the run directory (a bash job's script.sh): the
     # supervisor writes them right after its pid line (while the watcher commits the
