@@ -26,7 +26,7 @@ from hopper.core.record import JobRecord
 from hopper.core.routing import plain_name
 from hopper.core.states import JobState, Reason
 from hopper.store import ledger, saferead
-from hopper.store.admission import write_admission
+from hopper.store.admission import write_admission, written
 from hopper.store.claim import Claimed, claim, printable, read_claim
 from hopper.store.finalize import ending, file_terminals
 from hopper.store.jobfile import PROMPT_FILE
@@ -86,7 +86,14 @@ class Intake:
 
     def take(self, path: Path) -> JobRecord | None:
         """Claim and admit one inbox file; None if another watcher got it first."""
-        claimed = claim(self.layout, path, self.clock.now(), self.ident.host, self.ident.owner)
+        claimed = claim(
+            self.layout,
+            path,
+            self.clock.now(),
+            self.ident.host,
+            self.ident.owner,
+            limit=self.config.max_prompt_bytes,
+        )
         if claimed is None:
             return None
         try:
@@ -137,7 +144,9 @@ class Intake:
                 "the prompt is filed under that name); rename it to UTF-8 and submit it again",
             )
         try:
-            data = read_prompt(run_dir / PROMPT_FILE, self.config.max_prompt_bytes)
+            data = claimed.data  # read as the claim made it 0600, if that was all it took
+            if data is None:
+                data = read_prompt(run_dir / PROMPT_FILE, self.config.max_prompt_bytes)
         except BadPrompt as exc:
             return self.reject(run_dir, base, Reason.BAD_PROMPT, exc.describe(claimed.inbox_rel))
         verdict = admission.admit(
@@ -204,6 +213,7 @@ class Intake:
         ]
         results = file_terminals(self.layout, planned, now, self.env_free)
         for t, result in zip(ends, results, strict=True):
+            written.drop(t.run_dir)  # filed before a start read it back (or after: gone)
             if not isinstance(result, OSError):
                 self.env_free.discard(t.record.id)
                 log.log(

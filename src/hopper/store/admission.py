@@ -6,11 +6,20 @@ the file is created mode 0600 (store/atomic.py), and nothing else in hopper
 copies those values into job.json, events or logs; when the job ends for good
 they are withheld from it (store/withhold.py). Start reads it instead of
 prompt.md, so an edited prompt.md cannot change what runs.
+
+The watcher that wrote a job's admission.json starts it from the spec it wrote,
+kept in memory (:data:`written`), not read back: the first read of a run
+directory's admission.json in this process takes the spec this process wrote
+there, if it is still kept; every later read (a start tried again, a retry) and
+every read after a restart reads the file. The copy is what the file held when
+written, and nothing of the file is trusted more for it: a file changed since
+is ignored once, never believed.
 """
 
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from pathlib import Path
 
 from hopper.core.admission import StartSpec
@@ -31,6 +40,46 @@ def admission_limit(max_prompt_bytes: int) -> int:
     return _ESCAPE * max_prompt_bytes + _ENV_ROOM
 
 
+class Written:
+    """The specs this process wrote, by run directory, until read once: the oldest
+    dropped beyond ``budget`` bytes of JSON (a job filed before its start, or taken
+    over, is never read: it ages out)."""
+
+    def __init__(self, budget: int = 4 << 20) -> None:
+        self.budget = budget
+        self._specs: OrderedDict[str, tuple[StartSpec, int]] = OrderedDict()
+        self._bytes = 0
+
+    def keep(self, run_dir: Path, start: StartSpec, size: int) -> None:
+        self.drop(run_dir)
+        if size > self.budget:
+            return
+        self._specs[str(run_dir)] = (start, size)
+        self._bytes += size
+        while self._bytes > self.budget:
+            _, (_, dropped) = self._specs.popitem(last=False)
+            self._bytes -= dropped
+
+    def take(self, run_dir: Path) -> StartSpec | None:
+        """The spec written at ``run_dir``, forgotten as it is given; None if not kept."""
+        kept = self._specs.pop(str(run_dir), None)
+        if kept is None:
+            return None
+        self._bytes -= kept[1]
+        return kept[0]
+
+    def drop(self, run_dir: Path) -> None:
+        kept = self._specs.pop(str(run_dir), None)
+        if kept is not None:
+            self._bytes -= kept[1]
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+
+written = Written()  # this process's: what it wrote, read back once from memory
+
+
 def write_admission(run_dir: Path, start: StartSpec, *, dir_fd: int | None = None) -> None:
     """Write ``admission.json`` (0600; not fsynced, like the queued record).
 
@@ -42,11 +91,12 @@ def write_admission(run_dir: Path, start: StartSpec, *, dir_fd: int | None = Non
     replaces it atomically like anything already at the name.
     """
     data = start.model_dump_json().encode()
-    if _write_new(run_dir, data, dir_fd):
-        return
-    write_atomic(
-        run_dir / ADMISSION_FILE, data, durable=False, follow_parent=False, mode=ADMISSION_MODE
-    )
+    written.drop(run_dir)
+    if not _write_new(run_dir, data, dir_fd):
+        write_atomic(
+            run_dir / ADMISSION_FILE, data, durable=False, follow_parent=False, mode=ADMISSION_MODE
+        )
+    written.keep(run_dir, start, len(data))
 
 
 def _write_new(run_dir: Path, data: bytes, held: int | None = None) -> bool:
@@ -87,7 +137,11 @@ class AdmissionUnusable(Exception):
 def read_admission(run_dir: Path, job_id: str, max_prompt_bytes: int) -> StartSpec | None:
     """The job's StartSpec; None if there is no admission.json (claimed before hopper
     kept one, or lost to a power cut). Raises :class:`AdmissionUnusable` when the file
-    is not a regular file holding this job's spec (the message says why)."""
+    is not a regular file holding this job's spec (the message says why). The first
+    read after this process wrote it is the spec it wrote (:data:`written`)."""
+    kept = written.take(run_dir)
+    if kept is not None and kept.job_id == job_id:
+        return kept
     path = run_dir / ADMISSION_FILE
     hint = "admission.json is written by hopper at claim; a job that rewrites it is not trusted"
     try:

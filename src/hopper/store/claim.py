@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import stat
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -32,8 +33,8 @@ from hopper.store import ledger
 from hopper.store.atomic import open_dir
 from hopper.store.jobfile import CLAIM_FILE, EVENTS_FILE, PROMPT_FILE, first_event
 from hopper.store.layout import Layout
-from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_json
-from hopper.store.withhold import make_private
+from hopper.store.saferead import READ_FLAGS, SMALL_LIMIT, UnreadableFile, read_json
+from hopper.store.withhold import PRIVATE_MODE
 
 CLAIMED = "claimed"  # the event that is the claim's marker
 
@@ -48,6 +49,10 @@ class Claimed:
     # The run directory as claim() made it, opened O_NOFOLLOW right after its mkdir,
     # for the admission's writes (no open by name each); whoever admits closes it.
     dir_fd: int | None = None
+    # prompt.md's bytes, read through the descriptor that made it 0600, when that
+    # is the whole story (a regular file within the limit); None: read it again
+    # (store/saferead.py then says what is wrong with it).
+    data: bytes | None = None
 
 
 class ClaimFailed(OSError):
@@ -55,12 +60,19 @@ class ClaimFailed(OSError):
 
 
 def claim(
-    layout: Layout, prompt: Path, now: datetime, host: str, owner: str = ""
+    layout: Layout,
+    prompt: Path,
+    now: datetime,
+    host: str,
+    owner: str = "",
+    limit: int | None = None,
 ) -> Claimed | None:
     """Move ``prompt`` into a new run directory. None if another watcher won.
 
     Raises OSError (ENOSPC …) with nothing left behind but the untouched prompt.
-    The answer holds the run directory's descriptor (``dir_fd``): the caller closes it.
+    The answer holds the run directory's descriptor (``dir_fd``): the caller closes it;
+    and, given ``limit`` (max_prompt_bytes), the prompt's bytes if it is a regular file
+    of at most that many (``data``).
     """
     inbox_rel = layout.relative(prompt)
     name = prompt_stem(prompt.name)
@@ -94,12 +106,47 @@ def claim(
             ) from None
         # Its front matter env may hold secrets: the watcher's own copy is 0600
         # (a prompt another user owns keeps its mode; see docs/contract.md).
-        make_private(moved)
+        data = private_bytes(moved, limit)
         crash_point("claim.after_rename")
     except BaseException:
         os.close(dir_fd)
         raise
-    return Claimed(run_dir.name, run_dir, inbox_rel, dir_fd=dir_fd)
+    return Claimed(run_dir.name, run_dir, inbox_rel, dir_fd=dir_fd, data=data)
+
+
+# O_NOCTTY: a terminal device put at the name never becomes the watcher's terminal.
+_PROMPT_FLAGS = READ_FLAGS | os.O_NOCTTY
+
+
+def private_bytes(path: Path, limit: int | None) -> bytes | None:
+    """Mode 0600 for the regular file at ``path``, as store/withhold.py's
+    ``make_private`` (never through a link; another user's file keeps its mode),
+    and its bytes read through the same descriptor: one open for both. None when
+    it is not a regular file of at most ``limit`` bytes (no ``limit``: not read),
+    or it was not read whole: the caller reads it with store/saferead.py, which
+    refuses it in its own words."""
+    try:
+        fd = os.open(path, _PROMPT_FLAGS)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        try:
+            os.fchmod(fd, PRIVATE_MODE)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EACCES):
+                raise
+        if limit is None or st.st_size > limit:
+            return None
+        try:
+            data = os.read(fd, st.st_size + 1)
+        except OSError:
+            return None
+        return data if len(data) == st.st_size else None  # grown or shrunk: read again
+    finally:
+        os.close(fd)
 
 
 def _make_run_dir(layout: Layout, now: datetime, name: str) -> Path:
