@@ -175,14 +175,18 @@ def test_a_job_admitted_without_env_is_filed_without_reading_its_files_again(
 def test_the_finalized_event_goes_through_the_descriptor_the_move_used(
     layout: Layout, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The run directory is opened by name twice per filed job: by the terminal
-    commit and by the move, whose descriptor (O_NOFOLLOW) the `finalized` event is
-    appended through. A job with no prompt left to move is noted by name as before."""
+    """The run directory is opened by name once per filed job (O_NOFOLLOW): the
+    terminal commit, the move and the `finalized` event go through that descriptor,
+    which is closed once filed. A job with no prompt left to move is noted by name
+    as before."""
     (run_dir, rec), (bare_dir, bare) = running_job(layout, 1), running_job(layout, 2)
     (bare_dir / "prompt.md").unlink()
+    before = len(os.listdir("/proc/self/fd"))
     opened = opened_by_name(monkeypatch)
     filed = file_terminal(layout, run_dir, rec, Reason.COMPLETED, "exit 0", NOW)
-    assert opened.count(str(run_dir)) == 2
+    monkeypatch.undo()
+    assert len(os.listdir("/proc/self/fd")) == before
+    assert opened.count(str(run_dir)) == 1
     assert [e["event"] for e in read_events(run_dir)] == ["finalized"]
     assert read_events(run_dir)[0]["processed_path"] == filed.processed_path
     file_terminal(layout, bare_dir, bare, Reason.COMPLETED, "exit 0", NOW)

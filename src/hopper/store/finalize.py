@@ -107,40 +107,72 @@ def file_terminals(
     unchanged if the commit failed; terminal, prompt unmoved, if the move did:
     recovery completes that). ``env_free``: ids of jobs whose admission.json the
     caller wrote with no env values (store/withhold.py does not read it)."""
-    entries = [
-        ledger.Entry(run_dir, lifecycle.ended(record, fact)) for run_dir, record, fact in endings
-    ]
-    failed = {id(f.entry): f.error for f in ledger.commit_batch(entries, crash=_AFTER_RECORD)}
-    committed = [e for e in entries if id(e) not in failed]
+    # Each run directory opened once (O_NOFOLLOW) for its job's whole filing: the
+    # record's commit, the prompt's move and the finalized event go through it.
+    held: dict[str, int | None] = {}
     try:
-        spend.file_spends(layout, (e.step.record for e in committed))
-    except OSError as exc:  # no prompt moves: recovery completes the finalize, spend first
-        failed.update((id(e), exc) for e in committed if spend.entry_of(e.step.record))
-    results: list[JobRecord | OSError] = []
-    for entry in entries:
-        error = failed.get(id(entry))
-        if error is None:
-            try:
-                record = entry.step.record
-                free = record.id in env_free
-                results.append(_move(layout, entry.run_dir, record, now, env_free=free))
-                continue
-            except OSError as exc:
-                error = exc
-        results.append(error)
-    return results
+        for run_dir, _, _ in endings:
+            if str(run_dir) not in held:  # a job twice in a batch: one descriptor
+                held[str(run_dir)] = _open_run_dir(run_dir)
+        entries = [
+            ledger.Entry(run_dir, lifecycle.ended(record, fact), dir_fd=held[str(run_dir)])
+            for run_dir, record, fact in endings
+        ]
+        failed = {id(f.entry): f.error for f in ledger.commit_batch(entries, crash=_AFTER_RECORD)}
+        committed = [e for e in entries if id(e) not in failed]
+        try:
+            spend.file_spends(layout, (e.step.record for e in committed))
+        except OSError as exc:  # no prompt moves: recovery completes the finalize, spend first
+            failed.update((id(e), exc) for e in committed if spend.entry_of(e.step.record))
+        results: list[JobRecord | OSError] = []
+        for entry in entries:
+            error = failed.get(id(entry))
+            if error is None:
+                try:
+                    record = entry.step.record
+                    free = record.id in env_free
+                    moved = _move(layout, entry.run_dir, record, now, entry.dir_fd, env_free=free)
+                    results.append(moved)
+                    continue
+                except OSError as exc:
+                    error = exc
+            results.append(error)
+        return results
+    finally:
+        for fd in held.values():
+            if fd is not None:
+                os.close(fd)
+
+
+def _open_run_dir(run_dir: Path) -> int | None:
+    """The run directory opened O_NOFOLLOW; None if it cannot be (the ledger's own
+    open then fails the entry, saying why: gone, a link …)."""
+    try:
+        return os.open(run_dir, _RUN_DIR_FLAGS)
+    except OSError:
+        return None
+
+
+_RUN_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 _AFTER_RECORD = "finalize.after_record"
 
 
 def _move(
-    layout: Layout, run_dir: Path, record: JobRecord, now: datetime, *, env_free: bool = False
+    layout: Layout,
+    run_dir: Path,
+    record: JobRecord,
+    now: datetime,
+    held: int | None,
+    *,
+    env_free: bool = False,
 ) -> JobRecord:
     """Move the prompt of a committed terminal ``record``; the record as filed
-    (processed_path changed if the planned place was unusable)."""
+    (processed_path changed if the planned place was unusable). ``held``: the run
+    directory as the commit used it (the caller's; None: opened here)."""
     assert record.processed_path is not None
-    placed = _file(layout, run_dir, record.processed_path, record, now, env_free=env_free)
+    placed = _file(layout, run_dir, record.processed_path, record, now, held, env_free=env_free)
     filed = placed.record or record
     fields = {
         "state": filed.state,
@@ -157,7 +189,8 @@ def _move(
         crash_point("finalize.after_move")
         ledger.note_in(placed.run_fd, "finalized", now, **fields)
     finally:
-        os.close(placed.run_fd)
+        if placed.run_fd != held:
+            os.close(placed.run_fd)
     return filed
 
 
@@ -188,6 +221,7 @@ def _file(
     rel: str,
     record: JobRecord | None,
     now: datetime | None,
+    held: int | None = None,
     *,
     env_free: bool = False,
 ) -> _Placed:
@@ -195,7 +229,9 @@ def _file(
     taken or unsafe, to the next free place, committing that place (or that the
     prompt was gone) to job.json first: a lifecycle ``filed`` step on ``record``
     (None: the run directory's job.json, read then). Raises FinalizeBlocked when
-    there is no safe, free place, OSError when a step fails."""
+    there is no safe, free place, OSError when a step fails. ``held``: the run
+    directory opened O_NOFOLLOW by the caller, who closes it (else opened here,
+    and the answer's ``run_fd`` is the caller's to close)."""
     withhold_env(run_dir, run_dir.name, env_free=env_free)
     planned = rel
     if parts_below(rel, "processed") is None:  # a record a job rewrote: never out of processed/
@@ -207,7 +243,7 @@ def _file(
         if now is not None:
             ledger.note(run_dir, "prompt_missing", now, planned_path=rel)
         return _Placed(None, None, filed)
-    run_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    run_fd = os.open(run_dir, _RUN_DIR_FLAGS) if held is None else held
     try:
         for candidate in _candidates(planned):
             parent_fd = _open_parent(layout, candidate)
@@ -226,9 +262,11 @@ def _file(
             finally:
                 os.close(parent_fd)
     except BaseException:
-        os.close(run_fd)
+        if held is None:
+            os.close(run_fd)
         raise
-    os.close(run_fd)
+    if held is None:
+        os.close(run_fd)
     raise FinalizeBlocked(
         f"{layout.root / rel}: no safe, free place for the prompt under processed/; "
         "check processed/ for symlinks or files planted in place of folders"
