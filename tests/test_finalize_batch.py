@@ -191,3 +191,26 @@ def test_the_finalized_event_goes_through_the_descriptor_the_move_used(
     assert read_events(run_dir)[0]["processed_path"] == filed.processed_path
     file_terminal(layout, bare_dir, bare, Reason.COMPLETED, "exit 0", NOW)
     assert [e["event"] for e in read_events(bare_dir)][-1] == "finalized"
+
+
+def test_an_env_free_prompt_already_0600_is_not_opened_and_one_made_0644_is_made_0600(
+    layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim left the prompt 0600: filing an env-free job looks at it (lstat) and
+    opens it only if it is not 0600 any more (a job replaced or chmodded it)."""
+    (kept_dir, kept), (open_dir, opened_job) = running_job(layout, 1), running_job(layout, 2)
+    (kept_dir / "prompt.md").chmod(0o600)
+    (open_dir / "prompt.md").chmod(0o644)
+    endings = [
+        (d, r, ending(layout, r, Reason.COMPLETED, "exit 0", NOW, 1.0, ExitFigures(0, None)))
+        for d, r in ((kept_dir, kept), (open_dir, opened_job))
+    ]
+    opened = opened_by_name(monkeypatch)
+    filed = file_terminals(layout, endings, NOW, {kept.id, opened_job.id})
+    monkeypatch.undo()
+    assert str(kept_dir / "prompt.md") not in opened
+    assert opened.count(str(open_dir / "prompt.md")) == 1
+    for record in filed:
+        assert isinstance(record, JobRecord) and record.processed_path
+        mode = (layout.root / record.processed_path).stat().st_mode
+        assert stat.S_IMODE(mode) == 0o600

@@ -68,7 +68,7 @@ def withhold_env(run_dir: Path, job_id: str, *, env_free: bool = False) -> None:
     Raises OSError (ENOSPC …) when a rewrite fails; the values are then still
     in admission.json for the next attempt.
     """
-    if env_free and make_private(run_dir / PROMPT_FILE):
+    if env_free and _private(run_dir / PROMPT_FILE):
         return
     start = _admitted(run_dir, job_id)
     values = list(start.options.env.values()) if start else []
@@ -132,6 +132,18 @@ def _redact_derived(path: Path, values: list[str]) -> None:
     redacted = _without(text, values)
     if redacted != text:
         write_atomic(path, redacted.encode(), follow_parent=False, mode=PRIVATE_MODE)
+
+
+def _private(path: Path) -> bool:
+    """The regular file at ``path`` is mode 0600, as the claim left it (one ``lstat``,
+    never through a link), or made so (:func:`make_private`); False as that."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == PRIVATE_MODE:
+        return True
+    return make_private(path)
 
 
 def make_private(path: Path) -> bool:
