@@ -188,3 +188,135 @@ def test_a_linked_supervisor_that_died_is_forgotten_and_nothing_reported(
     harness.ends[101].close()  # EOF on its link: it exited
     assert harness.server.link_ready(101)
     assert harness.states() == {} and harness.reports() == []
+
+
+# -- `ended` before `done` (a job's exit.json in place, then durable) ---------------------
+def test_ended_is_passed_on_before_done_and_changes_no_state(harness: Harness) -> None:
+    """A reused supervisor's first word: its slot may be freed, but it is not freed
+    (nor may be) until its ``done``."""
+    harness.busy(101)
+    harness.ends[101].send(b"ended")
+    assert harness.server.link_ready(101)
+    assert harness.reports() == [b"ended 101"]
+    assert harness.states() == {101: "busy"}
+    harness.server.free(101)  # too early: ignored
+    assert harness.states() == {101: "busy"}
+    harness.done(101)
+    assert harness.reports() == [b"done 101"]
+    assert harness.states() == {101: "unfreed"}
+
+
+def test_ended_with_done_already_behind_it_is_passed_on_as_done_alone(harness: Harness) -> None:
+    harness.busy(101)
+    harness.ends[101].send(b"ended")
+    harness.ends[101].send(b"done")
+    assert harness.server.link_ready(101)
+    assert harness.reports() == [b"done 101"]
+    assert harness.states() == {101: "unfreed"}
+
+
+def test_a_retiring_supervisors_ended_is_passed_on_and_it_goes_once_done(
+    harness: Harness,
+) -> None:
+    harness.busy(101)
+    harness.server.retire(101)
+    harness.ends[101].send(b"ended")
+    assert harness.server.link_ready(101)
+    assert harness.states() == {101: "retiring"} and not harness.told_to_go(101)
+    harness.done(101)
+    assert harness.states() == {} and harness.told_to_go(101)
+    assert harness.reports() == [b"ended 101", b"done 101"]
+
+
+def test_a_supervisor_that_died_after_ended_is_forgotten(harness: Harness) -> None:
+    harness.busy(101)
+    harness.ends[101].send(b"ended")
+    harness.ends[101].close()  # killed between its rename and its fsyncs
+    assert harness.server.link_ready(101)
+    assert harness.states() == {}  # its exit report (when reaped) tells the watcher
+
+
+def test_a_per_request_supervisors_hints_are_passed_on_in_order(harness: Harness) -> None:
+    """One forked for a request says ``ended`` and ``done`` on the server's done
+    socket (Server.tell_ended, tell_done): passed on in that order; an ``ended``
+    whose ``done`` is in the same read goes as ``done`` alone."""
+    server = harness.server
+    server.done_w.send(b"ended 201")
+    assert server.done()
+    assert harness.reports() == [b"ended 201"]
+    server.done_w.send(b"201")
+    assert server.done()
+    assert harness.reports() == [b"done 201"]
+    for hint in (b"ended 202", b"ended 203", b"202", b"junk", b"ended x"):
+        server.done_w.send(hint)
+    assert server.done()
+    assert harness.reports() == [b"ended 203", b"done 202"]
+
+
+def test_a_per_request_supervisors_own_hints_name_it(harness: Harness) -> None:
+    server = harness.server
+    server.tell_ended()
+    server.tell_done()
+    assert server.done()
+    assert harness.reports() == [b"done %d" % os.getpid()]
+    server.tell_ended()
+    assert server.done()
+    assert harness.reports() == [b"ended %d" % os.getpid()]
+
+
+def _wakes(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    woken: list[int] = []
+    monkeypatch.setattr(harness.server, "wake_watcher", lambda: woken.append(1))
+    return woken
+
+
+def test_a_done_the_watcher_waits_for_on_its_socket_comes_without_a_wake(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``quiet PID``: the watcher read the ``ended`` and selects on its socket for the
+    ``done`` (no second turn of its loop for a SIGCHLD); once only."""
+    woken = _wakes(harness, monkeypatch)
+    harness.busy(101)
+    harness.ends[101].send(b"ended")
+    assert harness.server.link_ready(101) and woken == [1]
+    harness.server.hush(101)
+    harness.done(101)
+    assert harness.reports() == [b"ended 101", b"done 101"] and woken == [1]
+    harness.server.free(101)
+    harness.server.linked[101].state = "busy"  # its next job (as a hand-over makes it)
+    harness.done(101)
+    assert woken == [1, 1], "the next job's done wakes the watcher as ever"
+
+
+def test_a_quiet_for_a_supervisor_done_already_changes_nothing(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    woken = _wakes(harness, monkeypatch)
+    harness.unfreed(101)
+    harness.server.hush(101)  # came after its done (which woke the watcher)
+    assert woken == [1] and not harness.server.linked[101].quiet
+
+
+def test_a_per_request_supervisors_quiet_done_comes_without_a_wake(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    woken = _wakes(harness, monkeypatch)
+    server = harness.server
+    server.done_w.send(b"ended 201")
+    assert server.done() and woken == [1]
+    server.hush(201)
+    server.done_w.send(b"201")
+    assert server.done() and woken == [1]
+    assert harness.reports() == [b"ended 201", b"done 201"]
+    assert server.quiet == set()
+
+
+def test_a_quiet_for_a_per_request_supervisor_not_between_ended_and_done_is_ignored(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One already reaped (its pid may come back for another supervisor): nothing kept."""
+    woken = _wakes(harness, monkeypatch)
+    harness.server.hush(301)
+    assert harness.server.quiet == set()
+    harness.server.done_w.send(b"301")
+    assert harness.server.done() and woken == [1]
