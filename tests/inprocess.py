@@ -36,6 +36,7 @@ from hopper.executors.protocol import (
     Polled,
     Start,
     Tick,
+    files_late,
 )
 from hopper.proc import identity
 from hopper.running import Running
@@ -157,7 +158,7 @@ class FakeExecutor:
             if status is None and rec.id in self.early:
                 if rec.id in self.made_durable:
                     status = self.early.pop(rec.id)  # `done`: as any end
-                elif tick.early is not None and tick.early(rec):
+                elif tick.early and files_late(rec):
                     status = self.early.pop(rec.id)
                     durable = FakeDurability(partial(self._durable, rec.id))
             if status is not None:
