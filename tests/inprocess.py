@@ -36,7 +36,6 @@ from hopper.executors.protocol import (
     Polled,
     Start,
     Tick,
-    files_late,
 )
 from hopper.proc import identity
 from hopper.running import Running
@@ -158,7 +157,7 @@ class FakeExecutor:
             if status is None and rec.id in self.early:
                 if rec.id in self.made_durable:
                     status = self.early.pop(rec.id)  # `done`: as any end
-                elif tick.early and files_late(rec):
+                elif tick.early is not None and tick.early(rec):
                     status = self.early.pop(rec.id)
                     durable = FakeDurability(partial(self._durable, rec.id))
             if status is not None:

@@ -24,7 +24,7 @@ from hopper.core.lifecycle import Requeued, StopRequested
 from hopper.core.record import JobRecord
 from hopper.core.states import Reason, is_terminal
 from hopper.endings import Endings
-from hopper.executors.protocol import Ended, Executor, How, Tick, executor_for, files_late
+from hopper.executors.protocol import Ended, Executor, How, Tick, executor_for
 from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
 from hopper.pending_starts import PendingStarts, StartsDone
@@ -243,7 +243,8 @@ class Runner:
         sweep = mono >= self._next_sweep
         if sweep:
             self._next_sweep = mono + max(SWEEP_INTERVAL, self.config.poll_interval)
-        tick = Tick(mono, sweep, self._child_exited or sweep, early=self.defer_filing)
+        early = self._may_defer if self.defer_filing else None
+        tick = Tick(mono, sweep, self._child_exited or sweep, early)
         self._child_exited = False
         if self._groups is None:  # rebuilt only when the running set changed
             self._groups = {}
@@ -328,7 +329,7 @@ class Runner:
 
     def _may_defer(self, record: JobRecord) -> bool:
         """May this job's end be filed after the turn's starts (:meth:`_defer`)?"""
-        return self.defer_filing and files_late(record)
+        return self.defer_filing and record.session is None and record.workspace == "none"
 
     def file_deferred(self) -> None:
         """File the ends :meth:`poll` left for after the turn's starts, in one group

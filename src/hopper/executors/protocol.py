@@ -223,21 +223,13 @@ Report = Step | Ended | Starting | Deferred | Running
 class Tick:
     """What one poll may look at: ``sweep`` is the periodic full look (ABORT,
     adopted processes); ``children`` that a child of ours exited (SIGCHLD).
-    ``early``: the shell frees the slot of a job that :func:`files_late` before
-    its end is durable (``Ended.durable``); False: report only durable ends."""
+    ``early``: whether the shell would free this job's slot before its end is
+    durable (``Ended.durable``); None: report only durable ends."""
 
     monotonic: float
     sweep: bool
     children: bool
-    early: bool = False
-
-
-def files_late(record: JobRecord) -> bool:
-    """May this job's end be filed after the turn's starts (runner.py ``_defer``)?
-    Nothing a start reads waits on its filed record: no session's next turn, no
-    worktree to put back. With ``Tick.early``, such an end may also be reported
-    before its exit.json is durable."""
-    return record.session is None and record.workspace == "none"
+    early: Callable[[JobRecord], bool] | None = field(default=None, compare=False)
 
 
 @dataclass

@@ -47,7 +47,6 @@ from hopper.executors.protocol import (
     Polled,
     Starting,
     Tick,
-    files_late,
 )
 from hopper.faults import crash_point
 from hopper.prepare import in_scratch
@@ -392,7 +391,7 @@ class Supervised:
                 return supervisor.poll() is not None
             if supervisor.done or supervisor.poll() is not None:
                 return True
-            return supervisor.ended and tick.early and files_late(job.record)
+            return supervisor.ended and tick.early is not None and tick.early(job.record)
         rec = job.record
         return not identity.is_alive(rec.supervisor_pid, rec.supervisor_start_time)
 
