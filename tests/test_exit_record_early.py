@@ -2,10 +2,8 @@
 (``done``): the supervisor's side and the fork client's, in-process.
 
 The supervisor renames exit.json in, says ``ended``, then fsyncs the file and its
-directory and says ``done`` (proc/rundir.py ``RunDir.place`` then ``settle``,
-proc/supervise.py ``Supervisor.place_record`` then ``settle_record``, as
-``serve`` returns them to the fork server: ``Served.ending``, ``finish``); the
-fork client marks the handle
+directory and says ``done`` (proc/rundir.py ``RunDir.replace``'s ``placed``,
+proc/supervise.py ``Supervisor.record``); the fork client marks the handle
 ``ended`` without taking it off its live supervisors (proc/forkclient.py). The
 relay is in tests/test_forkserver_linked.py, the watcher's side in
 tests/test_deferred_filing.py.
@@ -40,17 +38,17 @@ def _calls(monkeypatch: pytest.MonkeyPatch, run_dir: Path) -> list[str]:
     return seen
 
 
-def test_a_placed_file_is_in_place_whole_before_its_fsyncs(
+def test_placed_is_called_with_the_file_in_place_before_its_fsyncs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     files = RunDir(str(tmp_path))
     seen = _calls(monkeypatch, tmp_path)
-    placed = files.place("exit.json", b"{}\n")
-    seen.append("placed " + (tmp_path / "exit.json").read_text())
-    files.settle(placed, durable=True)
+
+    def placed() -> None:
+        seen.append("placed " + (tmp_path / "exit.json").read_text())
+
+    files.replace("exit.json", b"{}\n", durable=True, placed=placed)
     assert seen == ["placed {}\n", "fsync file", "fsync dir"]
-    with pytest.raises(OSError):
-        os.fstat(placed.fd)  # settled: its descriptor closed
     assert sorted(os.listdir(tmp_path)) == ["exit.json"]  # no temp file left
 
 
@@ -62,11 +60,11 @@ def test_a_replace_that_is_not_durable_fsyncs_nothing(
     assert seen == []
 
 
-def test_an_exit_record_in_place_is_made_durable_even_when_an_fsync_fails(
+def test_the_supervisor_says_ended_once_before_the_fsyncs_even_when_one_fails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Placed (whole, before any fsync), then settled: an fsync refused (EIO) is
-    retried until it lands, the file placed again first, as ever."""
+    """An fsync refused (EIO) is retried until it lands, as ever; ``ended`` was said
+    once, with exit.json whole."""
     spec = LaunchSpec(argv=["true"], cwd=str(tmp_path), env={}, log=str(tmp_path / "job.log"))
     sup = supervise.Supervisor(str(tmp_path), spec)
     seen = _calls(monkeypatch, tmp_path)
@@ -82,15 +80,12 @@ def test_an_exit_record_in_place_is_made_durable_even_when_an_fsync_fails(
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(supervise.time, "sleep", lambda seconds: None)
 
-    data = sup.exit_data(started=True)
-    placed = sup.place_record(data)
-    assert placed is not None
-    record = json.loads((tmp_path / "exit.json").read_text())
-    seen.append(f"ended started={record['started']}")
-    assert sup.settle_record(placed, data)
+    def ended() -> None:
+        record = json.loads((tmp_path / "exit.json").read_text())
+        seen.append(f"ended started={record['started']}")
+
+    assert sup.record(started=True, ended=ended)
     assert seen == ["ended started=True", "fsync file", "fsync dir"]
-    assert json.loads((tmp_path / "exit.json").read_text()) == json.loads(data)
-    assert sorted(os.listdir(tmp_path)) == ["exit.json"]  # no temp file left
 
 
 def test_the_fork_client_marks_an_ended_supervisor_and_keeps_it_live_until_done() -> None:

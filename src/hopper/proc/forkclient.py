@@ -69,7 +69,7 @@ class Forked:
         self.returncode: int | None = None
         # Its job has ended and its exit.json is in place, not yet durable (the
         # fork server passed on its ``ended``): its slot may be freed, nothing more
-        # (supervise.py's Ending); ``done`` follows.
+        # (supervise.py's Supervisor.record); ``done`` follows.
         self.ended = False
         # Its exit.json is durable and it is exiting (the fork server passed on its
         # hint): its job can be filed now; ``returncode`` comes with the reaping.

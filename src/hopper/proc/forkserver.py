@@ -34,7 +34,7 @@ message:
   or ``error TEXT`` (the fork failed), one per request, in order; ``ended
   N``: supervisor N's job has ended and its exit.json is in place (readable
   whole), its fsyncs under way (the watcher may free the job's slot, nothing
-  more: supervise.py's ``Ending`` says why that is safe); ``done
+  more: supervise.py's ``Supervisor.record`` says why that is safe); ``done
   N``: supervisor N has written its exit.json durably, its job is over (the
   watcher files it then; N waits for its ``free``, or exits); and ``exit N
   STATUS`` once supervisor N has exited and been reaped (STATUS is the raw
@@ -112,9 +112,11 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Literal
 
     from hopper.proc.protocol import LaunchSpec, ProtocolError
@@ -324,10 +326,7 @@ class Server:
         code = 1
         try:
             self._leave_server()
-            served = _supervise(channel, spec)
-            if served.ending is not None:
-                self.tell_ended()  # exit.json in place: the slot may free before its fsyncs
-                served = supervise.finish(served)
+            served = _supervise(channel, spec, self.tell_ended)
             code = served.code
             if served.done:
                 self.tell_done()
@@ -525,10 +524,7 @@ class Server:
                     os.close(fds[0])
                     return  # the watcher went away before it sent the spec
                 code = 1  # from here on, a failure is a supervisor's
-                served = _supervise(fds[0], supervise.parse(line))
-                if served.ending is not None:
-                    _say(link, b"ended")  # exit.json in place: the slot may free meanwhile
-                    served = supervise.finish(served)
+                served = _supervise(fds[0], supervise.parse(line), partial(_say, link, b"ended"))
                 code = served.code
                 if not served.done:
                     return  # its job never ran, or no record landed: one job only
@@ -661,16 +657,18 @@ def _open_fds() -> set[int]:
     return fds
 
 
-def _supervise(channel: int, spec: LaunchSpec | ProtocolError) -> supervise.Served:
+def _supervise(
+    channel: int, spec: LaunchSpec | ProtocolError, ended: Callable[[], None]
+) -> supervise.Served:
     """In a forked supervisor: ``channel`` on stdin and stdout, then supervise.serve
-    (a job that ran comes back with its exit.json in place, not yet durable)."""
+    (``ended``: its first word, once the job's exit.json is in place)."""
     os.dup2(channel, 0)
     os.dup2(channel, 1)
     os.close(channel)
     try:
         if fault("supervisor.fork"):  # its job's fork refused, before the pid line
             raise OSError(11, "Resource temporarily unavailable (fault point supervisor.fork)")
-        return supervise.serve(spec)
+        return supervise.serve(spec, ended=ended)
     except OSError as exc:
         _tell_failure(exc)
         raise

@@ -15,8 +15,10 @@ import errno
 import os
 import stat
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 if TYPE_CHECKING or __package__:
     from hopper.proc.writeall import write_all
@@ -24,15 +26,6 @@ else:  # run by path under -I -S: a sibling (supervise.py put this directory on 
     from writeall import write_all
 
 Stamp = tuple[int, int, int]  # (inode, size, mtime ns): which file, as we left it
-
-
-@dataclass(frozen=True)
-class Placed:
-    """A file renamed into place (readers see it whole), its descriptor still open:
-    :meth:`RunDir.settle` makes it durable, or not, and closes it."""
-
-    fd: int
-    stamp: Stamp
 
 
 class RunDir:
@@ -95,43 +88,47 @@ class RunDir:
             os.unlink(name, dir_fd=self.fd)  # a link or file planted at our temp name
             return os.open(name, flags, 0o644, dir_fd=self.fd)
 
-    def replace(self, name: str, data: bytes, durable: bool) -> Stamp:
-        """Replace ``name`` with ``data`` atomically (:meth:`place`), durably or not
-        (:meth:`settle`). Returns the new file's :data:`Stamp`, for :meth:`touch`."""
-        return self.settle(self.place(name, data), durable)
+    def replace(
+        self,
+        name: str,
+        data: bytes,
+        durable: bool,
+        placed: Callable[[], None] | None = None,
+    ) -> Stamp:
+        """Replace ``name`` with ``data`` atomically: a temp name, then a rename.
 
-    def place(self, name: str, data: bytes) -> Placed:
-        """``data`` at ``name``, atomically: a temp name, then a rename; readers see
-        the old file or the new one whole. Not durable yet: a crash before
-        :meth:`settle` may leave no file, or an empty or unreadable one, at
-        ``name``, never a readable old-and-new mix. On failure the temp file is
-        removed and the error raised; ``name`` keeps its old content."""
+        ``durable``: after the rename, the file and then the directory are
+        fsynced, so once this returns the new file is there after a crash
+        (exit.json); otherwise not (resources.json, refreshed anyway).
+        ``placed`` is called once the new content is in place (readers see it
+        whole), before those fsyncs: the supervisor says its job ended there
+        (supervise.py, ``Supervisor.record``). A crash before the fsyncs may
+        leave no file, or an empty or unreadable one, at ``name``: never a
+        readable old-and-new mix. On failure before the rename the temp file
+        is removed and the error raised; ``name`` keeps its old content.
+        Returns the new file's :data:`Stamp`, for :meth:`touch`.
+        """
         tmp = f".{name}.{os.getpid()}.tmp"
         fd = self.create_temp(tmp)
         try:
-            write_all(fd, data)
-            made = os.fstat(fd)
-            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        except BaseException:
-            os.close(fd)
             try:
-                os.unlink(tmp, dir_fd=self.fd)
-            except OSError:
-                pass
-            raise
-        return Placed(fd, _stamp(made))
-
-    def settle(self, placed: Placed, durable: bool) -> Stamp:
-        """``durable``: the placed file and then the directory fsynced, so after a
-        crash the new file is there (exit.json); otherwise nothing more
-        (resources.json, refreshed anyway). Its descriptor is closed either way."""
-        try:
+                write_all(fd, data)
+                made = os.fstat(fd)
+                os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+            except BaseException:
+                try:
+                    os.unlink(tmp, dir_fd=self.fd)
+                except OSError:
+                    pass
+                raise
+            if placed is not None:
+                placed()
             if durable:
-                os.fsync(placed.fd)
+                os.fsync(fd)
                 os.fsync(self.fd)
         finally:
-            os.close(placed.fd)
-        return placed.stamp
+            os.close(fd)
+        return _stamp(made)
 
     def put(self, name: str, data: bytes) -> None:
         """``name`` holding ``data`` (a job's script.sh, written while the watcher

@@ -30,10 +30,11 @@ or SIGINT (the watcher's "stop") sends the stop signals to the job's
 process group, each followed by a grace period, then SIGKILL to every
 descendant. Descendants left behind by a job that exited are ended the same
 way: nothing outlives its job. Last, it writes ``exit.json`` (protocol's
-``ExitRecord``) atomically and durably: :func:`serve` returns once the file is
-in place (:class:`Served` with an :class:`Ending`), its caller says the job
-``ended``, and :func:`finish` makes the file durable; then it exits (or, given
-it by the fork server, waits for its next job there).
+``ExitRecord``) atomically and durably (given a way to say so, it says the
+job ``ended`` once the file is in place, before its fsyncs:
+:meth:`Supervisor.record`), and exits (or, given it by the fork
+server, waits for its next job there: :func:`serve` returns, saying whether
+the job is done, :class:`Served`).
 
 Every ``sample_interval`` it measures the tree into ``resources.json`` and
 ends the tree the same way as a stop when it passes ``memory_max`` or
@@ -72,6 +73,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 if TYPE_CHECKING or __package__:
     from hopper.proc import gate
     from hopper.proc.gate import Gated
@@ -86,7 +89,7 @@ if TYPE_CHECKING or __package__:
         finite,
     )
     from hopper.proc.reaper import WATCHED, Reaper
-    from hopper.proc.rundir import Placed, RunDir
+    from hopper.proc.rundir import RunDir
 else:  # run by path under -I -S: hopper is not importable, the contract is a sibling
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import gate
@@ -102,7 +105,7 @@ else:  # run by path under -I -S: hopper is not importable, the contract is a si
         finite,
     )
     from reaper import WATCHED, Reaper
-    from rundir import Placed, RunDir
+    from rundir import RunDir
 
 PR_SET_CHILD_SUBREAPER = 36
 EXIT_FILE = "exit.json"
@@ -287,20 +290,19 @@ class Supervisor(Reaper):
         started: bool,
         error: str | None = None,
         resources: Figures | None = None,
+        ended: Callable[[], None] | None = None,
     ) -> bool:
         """exit.json written, atomically and durably (retried until it lands);
-        False if the run directory was deleted first (nowhere to put it)."""
-        data = self.exit_data(started, error, resources)
-        placed = self.place_record(data)
-        return placed is not None and self.settle_record(placed, data)
+        False if the run directory was deleted first (nowhere to put it).
 
-    def exit_data(
-        self,
-        started: bool,
-        error: str | None = None,
-        resources: Figures | None = None,
-    ) -> bytes:
-        """exit.json's bytes: how the job ended, as of now."""
+        ``ended`` is called once, as soon as exit.json is in place (renamed in,
+        readable whole) and before its fsyncs (~1.5 ms): the fork server tells the
+        watcher ``ended``, which may free the job's slot then (and only that: it
+        files the job once this returns and ``done`` is said). Why that is safe:
+        a machine crash before the fsyncs leaves the job ``running`` with no
+        durable exit.json (none, or an unreadable one), which recovery files as
+        lost, exactly as a crash a moment before exit.json was written does;
+        the next job's ``running`` record is its own, durable before it runs."""
         code = sig = None
         if self.status is not None:
             if os.WIFEXITED(self.status):
@@ -322,49 +324,34 @@ class Supervisor(Reaper):
             error=error,
             finished_at=_iso(time.time()),
         )
-        return record.to_json().encode() + b"\n"
-
-    def place_record(self, data: bytes) -> Placed | None:
-        """exit.json renamed in, readable whole but not yet durable (retried until it
-        lands); None if the run directory was deleted first (nowhere to put it)."""
+        data = record.to_json().encode() + b"\n"
         delay = 0.1
+        said = ended is None
+
+        def placed() -> None:
+            nonlocal said
+            if not said:
+                said = True
+                assert ended is not None
+                ended()
+
         while True:
             if self.files.gone():
                 # Deleted under us: no record can land, and the watcher files the
                 # job lost by itself; retrying would only spin.
                 sys.stderr.write(f"hopper supervisor {self.run_dir}: run directory deleted\n")
-                return None
+                return False
             try:
-                return self.files.place(EXIT_FILE, data)
+                self.files.replace(EXIT_FILE, data, durable=True, placed=placed)
+                return True
             except OSError as exc:
                 # Disk full or a transient I/O error: the exit status is the one
                 # thing recovery cannot reconstruct, so keep trying until it lands.
-                self._retrying(exc)
+                sys.stderr.write(
+                    f"hopper supervisor {self.run_dir}: cannot write exit.json: {exc}; retrying\n"
+                )
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
-
-    def settle_record(self, placed: Placed, data: bytes) -> bool:
-        """exit.json made durable: the file and its directory fsynced (an fsync
-        refused is retried, the file placed again first); False if the run
-        directory was deleted meanwhile."""
-        delay = 0.1
-        while True:
-            try:
-                self.files.settle(placed, durable=True)
-                return True
-            except OSError as exc:
-                self._retrying(exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
-            again = self.place_record(data)
-            if again is None:
-                return False
-            placed = again
-
-    def _retrying(self, exc: OSError) -> None:
-        sys.stderr.write(
-            f"hopper supervisor {self.run_dir}: cannot write exit.json: {exc}; retrying\n"
-        )
 
 
 def program(name: str, env: dict[str, str]) -> str | None:
@@ -439,34 +426,6 @@ class Served:
 
     code: int
     done: bool
-    ending: Ending | None = None  # it ran, exit.json in place: say so, then finish() it
-
-
-@dataclass(frozen=True)
-class Ending:
-    """A job that ran, its exit.json in place (readable whole) but not yet durable:
-    the caller says the job ``ended`` (the fork server's first word to the
-    watcher, which may free the job's slot then, and only that: it files the job
-    once ``done`` is said), then :func:`finish` fsyncs the file and its directory
-    (~1.5 ms). Why that is safe: a machine crash before the fsyncs leaves the job
-    ``running`` with no durable exit.json (none, or an unreadable one), which
-    recovery files as lost, exactly as a crash a moment before exit.json was
-    written does; the next job's ``running`` record is its own, durable before it
-    runs."""
-
-    sup: Supervisor
-    placed: Placed
-    data: bytes
-
-
-def finish(served: Served) -> Served:
-    """``served`` with its exit.json made durable where one is in place
-    (:class:`Ending`): JOB_DONE, or JOB_NOT_DONE when the run directory was deleted
-    first; any other as it is."""
-    ending = served.ending
-    if ending is None:
-        return served
-    return JOB_DONE if ending.sup.settle_record(ending.placed, ending.data) else JOB_NOT_DONE
 
 
 JOB_DONE = Served(0, done=True)  # it ran, exit.json is durable, nothing left to do
@@ -480,7 +439,7 @@ def main(argv: list[str]) -> int:
     line = sys.stdin.readline()
     if not line:
         return 0  # the watcher went away before sending a spec
-    return finish(serve(parse(line), argv[1] if len(argv) > 1 else None)).code
+    return serve(parse(line), argv[1] if len(argv) > 1 else None).code
 
 
 def parse(line: str | bytes) -> LaunchSpec | ProtocolError:
@@ -491,11 +450,15 @@ def parse(line: str | bytes) -> LaunchSpec | ProtocolError:
         return exc
 
 
-def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) -> Served:
+def serve(
+    spec: LaunchSpec | ProtocolError,
+    default_run_dir: str | None = None,
+    ended: Callable[[], None] | None = None,
+) -> Served:
     """Supervise the job of ``spec``; stdin/stdout carry the rest of the handshake.
-    What happened is the value returned (:class:`Served`): a job that ran returns
-    with its exit.json in place, not yet durable (``Served.ending``: say it
-    ended, then :func:`finish`)."""
+    What happened is the value returned (:class:`Served`). ``ended``: called once
+    the job that ran has its exit.json in place, before its fsyncs
+    (:meth:`Supervisor.record`; the fork server's first word to the watcher)."""
     _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED)
     if isinstance(spec, ProtocolError):
         sys.stderr.write(f"hopper supervisor: {spec}\n")
@@ -542,11 +505,8 @@ def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) 
     figures = sup.meter.final_figures(sup.leftovers_killed, sup.reaped_cpu, sup.reaped_maxrss)
     if sup.limit == "output":
         sup.meter.cut_log()
-    data = sup.exit_data(started=True, resources=figures)
-    placed = sup.place_record(data)
-    if placed is None:
-        return JOB_NOT_DONE
-    return Served(0, done=False, ending=Ending(sup, placed, data))
+    recorded = sup.record(started=True, resources=figures, ended=ended)
+    return JOB_DONE if recorded else JOB_NOT_DONE
 
 
 if __name__ == "__main__":
