@@ -14,7 +14,6 @@ import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -27,16 +26,7 @@ from hopper.core.outcome import classify
 from hopper.core.record import ExitStatus, JobRecord
 from hopper.core.recovery import RunSnapshot
 from hopper.core.states import JobState, Reason
-from hopper.executors.protocol import (
-    Deferred,
-    Durability,
-    Ended,
-    How,
-    Launch,
-    Polled,
-    Start,
-    Tick,
-)
+from hopper.executors.protocol import Deferred, Ended, How, Launch, Polled, Start, Tick
 from hopper.proc import identity
 from hopper.running import Running
 from hopper.store import ledger
@@ -68,19 +58,6 @@ class FakeClock:
 
 
 @dataclass
-class FakeDurability(Durability):
-    """An early end's durability, as the fake executor says (nothing to wait on)."""
-
-    look: Callable[[float], bool]
-
-    def durable(self, wait: float) -> bool:
-        return self.look(wait)
-
-    def fileno(self) -> int:
-        return -1
-
-
-@dataclass
 class FakeExecutor:
     """Runs nothing: records a job running, and ends it when the test says so.
 
@@ -96,12 +73,6 @@ class FakeExecutor:
     name: str = "local"
     heartbeat_interval: float = 3600.0  # the config's, set by in_process
     exits: dict[str, ExitStatus] = field(default_factory=dict)  # job id -> its exit, to report
-    # job id -> its exit, in place but not durable (a supervisor's ``ended``): reported
-    # at once where the tick allows (Tick.early, with Ended.durable), else once durable
-    early: dict[str, ExitStatus] = field(default_factory=dict)
-    made_durable: set[str] = field(default_factory=set)  # of those, the ones durable now
-    durable_in_wait: set[str] = field(default_factory=set)  # ... durable if waited for
-    durable_asked: list[tuple[str, float]] = field(default_factory=list)  # id, wait
     defer: int = 0  # the next this many starts are deferred ...
     defer_for: float = 20.0  # ... by this many seconds
     fail: list[Exception] = field(default_factory=list)  # raised by the next starts, in turn
@@ -153,25 +124,10 @@ class FakeExecutor:
         for job in jobs:
             rec = job.record
             status = self.exits.pop(rec.id, None)
-            durable = None
-            if status is None and rec.id in self.early:
-                if rec.id in self.made_durable:
-                    status = self.early.pop(rec.id)  # `done`: as any end
-                elif tick.early is not None and tick.early(rec):
-                    status = self.early.pop(rec.id)
-                    durable = FakeDurability(partial(self._durable, rec.id))
             if status is not None:
                 out = classify(status, rec.stop_requested)
                 polled.ended.append(
-                    Ended(
-                        rec,
-                        job.run_dir,
-                        How.EXITED,
-                        out.reason,
-                        out.detail,
-                        status,
-                        durable=durable,
-                    )
+                    Ended(rec, job.run_dir, How.EXITED, out.reason, out.detail, status)
                 )
                 continue
             since = self.since.get(rec.id)
@@ -179,12 +135,6 @@ class FakeExecutor:
             if since is not None and limit is not None and tick.monotonic - since >= limit:
                 polled.stop.append((job, Reason.TIMEOUT))  # every poll: the runner asks once
         return polled
-
-    def _durable(self, job_id: str, wait: float) -> bool:
-        self.durable_asked.append((job_id, wait))
-        if wait > 0 and job_id in self.durable_in_wait:
-            self.made_durable.add(job_id)
-        return job_id in self.made_durable
 
     def cancel(self, job: Running, reason: Reason) -> None:
         self.cancelled.append((job.record.id, reason))

@@ -12,7 +12,6 @@ before the next start). In-process, fake executor and clock.
 from __future__ import annotations
 
 import errno
-import os
 from collections.abc import Sequence
 
 import pytest
@@ -23,15 +22,7 @@ from hopper.store import ledger
 from hopper.store.jobfile import read_record
 from hopper.store.layout import Layout
 from hopper.watcher import Watcher
-from inprocess import (
-    FakeClock,
-    FakeDurability,
-    FakeExecutor,
-    exit_status,
-    in_process,
-    submit,
-    turns,
-)
+from inprocess import FakeClock, FakeExecutor, exit_status, in_process, submit, turns
 
 PLAIN = '+++\nagent = "bash"\n+++\ntrue\n'
 SESSION = '+++\nagent = "bash"\nsession = "s"\n+++\ntrue\n'
@@ -156,94 +147,3 @@ def test_an_end_waiting_for_its_filing_is_left_alone_by_recovery(
     assert seen == [True], "tracked while the next job started, before its filing"
     assert first not in watcher.runner.running_ids()
     assert not watcher.runner.is_tracking(first), "filed: no longer tracked"
-
-
-# -- an end said before its exit.json is durable (a supervisor's `ended`) ----------------
-def test_an_end_said_before_its_exit_record_is_durable_frees_the_slot_and_waits_to_be_filed(
-    layout: Layout, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The next job starts (committed, released) while the first's exit.json is not
-    yet durable; the first stays tracked and ``running`` through later turns, and is
-    filed once its supervisor's ``done`` makes it durable."""
-    watcher, fake, clock, first = two_queued(layout)
-    seen = filings(watcher, fake, monkeypatch)
-    fake.early[first] = exit_status(clock, 0)
-    clock.advance(1.0)
-    watcher.turn()
-    second = fake.started[1:]
-    assert second, "the next job started before the first's exit.json was durable"
-    assert watcher.runner.running_ids() == set(second)
-    assert [h.job_id for h in watcher.scale.leases.holders("all", clock.time())] == second
-    for _ in range(3):  # not durable: left alone however many turns come
-        assert watcher.runner.is_tracking(first), "tracked until filed: recovery leaves it"
-        assert read_record(layout.run_dir(first)).state is JobState.RUNNING
-        clock.advance(0.1)
-        watcher.turn()
-    assert seen == [] and fake.durable_asked and {i for i, _ in fake.durable_asked} == {first}
-    fake.made_durable.add(first)  # its `done`
-    watcher.turn()
-    assert seen == [2]
-    assert read_record(layout.run_dir(first)).state is JobState.SUCCEEDED
-    assert not watcher.runner.is_tracking(first)
-    watcher.turn()
-    assert seen == [2], "filed once"
-
-
-def test_an_early_end_of_a_job_not_deferred_waits_for_its_done(
-    layout: Layout, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """With budgets set an end is filed before the next start, as ever: so it is
-    not even reported before its exit.json is durable (Tick.early says no)."""
-    watcher, fake, clock, first = two_queued(layout, budgets={"daily_usd": 100.0})
-    seen = filings(watcher, fake, monkeypatch)
-    fake.early[first] = exit_status(clock, 0)
-    for _ in range(3):
-        clock.advance(0.5)
-        watcher.turn()
-    assert len(fake.started) == 1 and watcher.runner.running_ids() == {first}
-    assert seen == [] and fake.durable_asked == []
-    fake.made_durable.add(first)
-    turns(watcher, clock, lambda: len(fake.started) == 2)
-    assert seen == [1]
-
-
-@pytest.mark.parametrize("done_meanwhile", [True, False])
-def test_at_shut_down_an_end_not_yet_durable_is_waited_for_or_left_to_recovery(
-    layout: Layout, done_meanwhile: bool
-) -> None:
-    watcher, fake, clock, first = two_queued(layout)
-    fake.early[first] = exit_status(clock, 0)
-    clock.advance(1.0)
-    watcher.turn()
-    assert read_record(layout.run_dir(first)).state is JobState.RUNNING
-    if done_meanwhile:
-        fake.durable_in_wait.add(first)
-    watcher.runner.close()
-    assert fake.durable_asked[-1][0] == first and fake.durable_asked[-1][1] > 0
-    state = read_record(layout.run_dir(first)).state
-    if done_meanwhile:
-        assert state is JobState.SUCCEEDED
-    else:  # still `running` with its supervisor's exit.json: the next watcher files it
-        assert state is JobState.RUNNING
-
-
-def test_the_loop_sleeps_on_what_an_end_waiting_to_be_durable_names(
-    layout: Layout, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Its supervisor's ``done`` comes on the fork server's socket with no SIGCHLD
-    (forkserver.py, ``quiet``): the loop's sleep waits on it (Runner.waiting_on)."""
-    watcher, fake, clock, first = two_queued(layout)
-    r, w = os.pipe()
-    monkeypatch.setattr(FakeDurability, "fileno", lambda self: r)
-    fake.early[first] = exit_status(clock, 0)
-    clock.advance(1.0)
-    watcher.turn()
-    try:
-        assert [d.fileno() for d in watcher.runner.waiting_on()] == [r]
-        fake.made_durable.add(first)
-        watcher.turn()
-        assert watcher.runner.waiting_on() == []
-        assert read_record(layout.run_dir(first)).state is JobState.SUCCEEDED
-    finally:
-        os.close(r)
-        os.close(w)

@@ -85,27 +85,23 @@ def test_a_supervisor_says_done_once_its_exit_record_is_durable_and_waits_for_th
 ) -> None:
     """The `done PID` report comes with exit.json already in place: the watcher files
     the job then; the supervisor (the spare given this start) does not exit but waits,
-    out of the run directory, for the next job (test_forkserver_reuse.py). Before it,
-    `ended PID` (exit.json in place, whole, its fsyncs under way), unless both came
-    at once (then `done` alone: test_forkserver_linked.py has each case)."""
+    out of the run directory, for the next job (test_forkserver_reuse.py)."""
     run_dir = tmp_path / "run"
     gate = tmp_path / "gate"
     proc = _start(server, run_dir, _gated(gate, 4))
     assert isinstance(proc, forkclient.Forked)
-    heard: list[tuple[bytes, object, bool]] = []  # message, exit.json's code, handle done
+    heard: list[tuple[bytes, bool, bool]] = []  # message, exit.json there, handle done
     report = server._report
 
     def spy(msg: bytes) -> None:
         report(msg)
         if msg.split(b" ")[1:2] == [str(proc.pid).encode()]:
-            there = (run_dir / "exit.json").exists()
-            heard.append((msg.split(b" ")[0], there and _exit(run_dir)["exit_code"], proc.done))
+            heard.append((msg.split(b" ")[0], (run_dir / "exit.json").exists(), proc.done))
 
     monkeypatch.setattr(server, "_report", spy)
     gate.touch()
     assert proc.wait(timeout=30) == 0  # its job is over
-    assert heard[-1:] == [(b"done", 4, True)]
-    assert heard[:-1] in ([], [(b"ended", 4, False)])
+    assert heard == [(b"done", True, True)]
     assert _exit(run_dir)["exit_code"] == 4
     sup = psutil.Process(proc.pid)
     assert sup.status() != psutil.STATUS_ZOMBIE
@@ -389,8 +385,7 @@ def test_a_supervisor_forked_for_a_start_says_done_before_its_exit(
 ) -> None:
     """No spare (it died): the start's supervisor is forked for it and serves that one
     job; its `done` (supervise.serve returned a job done) comes with exit.json in
-    place and before the `exit` of its reaping; its `ended` (exit.json in place,
-    not yet durable) before both, unless it came with its `done` (then left out)."""
+    place and before the `exit` of its reaping."""
     dead = _spare(server)
     os.kill(dead, signal.SIGKILL)
     wait_for(lambda: dead not in [c.pid for c in psutil.Process(server.pid).children()])
@@ -412,11 +407,10 @@ def test_a_supervisor_forked_for_a_start_says_done_before_its_exit(
 
     def both() -> bool:
         server.collect()  # reads the reports that follow the handle's end
-        return [word for word, _ in heard][-1:] == [b"exit"]
+        return len(heard) == 2
 
     wait_for(both, what="its done and exit reports")
-    assert heard[-2:] == [(b"done", True), (b"exit", True)]
-    assert heard[:-2] in ([], [(b"ended", True)])
+    assert heard == [(b"done", True), (b"exit", True)]
     assert _exit(run_dir)["exit_code"] == 5
 
 

@@ -24,7 +24,7 @@ from hopper.core.lifecycle import Requeued, StopRequested
 from hopper.core.record import JobRecord
 from hopper.core.states import Reason, is_terminal
 from hopper.endings import Endings
-from hopper.executors.protocol import Ended, Executor, How, Tick, executor_for
+from hopper.executors.protocol import Ended, Executor, How, Starting, Tick, executor_for
 from hopper.intake import Intake
 from hopper.loopguard import LoopGuard
 from hopper.pending_starts import PendingStarts, StartsDone
@@ -35,7 +35,6 @@ from hopper.store import ledger
 from hopper.store.jobfile import EXIT_FILE
 from hopper.store.layout import Layout, run_dir_gone
 from hopper.store.takeover import taken_by
-from hopper.wake import HasFileno
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +43,6 @@ QUEUED_VANISHED = (
     "its prompt and admission record went with it, and it never ran"
 )
 SWEEP_INTERVAL = 0.5  # seconds between checks of ABORT markers and adopted supervisors
-# Seconds an end reported before its exit.json was durable (Ended.durable) is waited
-# for at shut-down (its supervisor's fsyncs: ~1.5 ms); past that, recovery files it.
-DURABLE_WAIT = 5.0
 
 
 @dataclass
@@ -98,12 +94,7 @@ class Runner:
             self.guard.step(f"start-up: executor {name}", executor.open)
 
     def close(self) -> None:
-        self.guard.step("shut-down: ends not filed yet", partial(self._file_deferred, DURABLE_WAIT))
-        for end, _ in self._deferred:
-            log.warning(
-                "job=%s ended, its exit.json not yet durable at shut-down: left to recovery",
-                end.job_id,
-            )
+        self.guard.step("shut-down: ends not filed yet", self.file_deferred)
         self.guard.step("shut-down: starts on their way", self.finish_starts)
         self.guard.step("shut-down: the starts' lane", self._starts.close)
         for name, executor in self.executors.items():
@@ -177,11 +168,6 @@ class Runner:
     def has_requeued(self) -> bool:
         return bool(self._requeued)
 
-    def has_unfiled(self) -> bool:
-        """Ends out of the running set, not yet filed (:meth:`file_deferred`: one
-        waits for its exit.json to be durable); filed, one may be a retry."""
-        return bool(self._deferred)
-
     def note_child_exit(self) -> None:
         """A child exited (SIGCHLD): the next poll looks at the local jobs. Signal-safe."""
         self._child_exited = True
@@ -224,14 +210,9 @@ class Runner:
         """Settle every start on its way (before recovery looks at the runs, or at exit)."""
         self._carry_out(self._starts.finish())
 
-    def waiting_on(self) -> list[HasFileno]:
-        """What the loop's sleep should wake for besides its own pipe: starts on
-        their way, and ends waiting for their exit.json to be durable."""
-        waiting: list[HasFileno] = [*self._starts.waiting_on()]
-        for end, _ in self._deferred:
-            if end.durable is not None and end.durable.fileno() >= 0:
-                waiting.append(end.durable)
-        return waiting
+    def waiting_on(self) -> list[Starting]:
+        """What the loop's sleep should wake for besides its own pipe."""
+        return self._starts.waiting_on()
 
     # -- monitor (ABORT markers and heartbeats: running_watch.py) -----------------
     def poll(self) -> None:
@@ -243,8 +224,7 @@ class Runner:
         sweep = mono >= self._next_sweep
         if sweep:
             self._next_sweep = mono + max(SWEEP_INTERVAL, self.config.poll_interval)
-        early = self._may_defer if self.defer_filing else None
-        tick = Tick(mono, sweep, self._child_exited or sweep, early)
+        tick = Tick(mono, sweep, self._child_exited or sweep)
         self._child_exited = False
         if self._groups is None:  # rebuilt only when the running set changed
             self._groups = {}
@@ -301,22 +281,15 @@ class Runner:
         durable, so a crash before the filing files it at recovery, as ever.
         Nothing that reads the filed record decides a start: ``after``
         dependencies read job.json (still ``running``), a session's next turn
-        and a budget are not deferred.
-
-        An end reported as soon as its exit.json was in place, before that
-        file's fsyncs (``Ended.durable``; the executor does so only for a job
-        :meth:`_may_defer`, its ``Tick.early``) frees its slot here too, but
-        is filed only once durable: it stays deferred, tracked
-        (:meth:`is_tracking`), until a later turn finds it so (the supervisor's
-        ``done`` wakes the loop). Only the slot is acted on before: a machine
-        crash then leaves the job ``running`` with no durable exit.json,
-        which recovery files as lost, as a crash a moment before exit.json
-        was written does; the next job's ``running`` record is its own."""
-        if not (end.how is How.EXITED and end.job_id in self._running):
-            return False
-        if not self._may_defer(end.record):
-            if end.durable is not None and not end.durable.durable(DURABLE_WAIT):  # not expected
-                log.warning("job=%s filed before its exit.json was durable", end.job_id)
+        and a budget are not deferred."""
+        record = end.record
+        if not (
+            self.defer_filing
+            and end.how is How.EXITED
+            and record.session is None
+            and record.workspace == "none"
+            and end.job_id in self._running
+        ):
             return False
         begun = self._begin_end(end)
         if begun is None:
@@ -327,33 +300,15 @@ class Runner:
         self._deferred.append((end, job))
         return True
 
-    def _may_defer(self, record: JobRecord) -> bool:
-        """May this job's end be filed after the turn's starts (:meth:`_defer`)?"""
-        return self.defer_filing and record.session is None and record.workspace == "none"
-
     def file_deferred(self) -> None:
         """File the ends :meth:`poll` left for after the turn's starts, in one group
         commit (their leases are back already); one that cannot be filed is kept in
-        the running set and tried again next tick, as :meth:`ended_many` does. One
-        whose exit.json is not durable yet (``Ended.durable``) waits for a later turn."""
-        self._file_deferred(0.0)
-
-    def _file_deferred(self, wait: float) -> None:
-        """:meth:`file_deferred`, waiting up to ``wait`` seconds for each end not yet
-        durable (at shut-down); those still not durable stay deferred."""
-        if not self._deferred:
-            return
+        the running set and tried again next tick, as :meth:`ended_many` does."""
         deferred, self._deferred = self._deferred, []
-        ready = []
-        for end, job in deferred:
-            if end.durable is None or end.durable.durable(wait):
-                ready.append((end, job))
-            else:
-                self._deferred.append((end, job))
-        if not ready:
+        if not deferred:
             return
         failed: list[Running] = []
-        self._file_begun(ready, failed, leases_held=False)
+        self._file_begun(deferred, failed, leases_held=False)
         self._kept(failed)
 
     def _settle(self, end: Ended, failed: list[Running]) -> None:

@@ -423,7 +423,6 @@ class Watcher:
         return (
             (not self.queued or held)
             and not self.runner.has_requeued()
-            and not self.runner.has_unfiled()  # filed, it may be a retry
             and not self.runner.busy
             and self.claims.inbox_drained()
         )
@@ -435,10 +434,7 @@ class Watcher:
         if self.claims.backlog or (self.events.fresh and not self.flags.stop):
             return 0.0  # more prompts to claim, or hints to look at: the next turn at once
         until_rescan = max(0.0, self.claims.next_rescan - self.clock.monotonic())
-        # An end not yet filed waits for its supervisor's `done`, which wakes the loop;
-        # a poll_interval bounds that wait should the word never come (its fork server lost).
-        unfiled = self.runner.has_unfiled()
-        if self.runner.busy or unfiled or self.queued or self.claims.waiting or self.flags.stop:
+        if self.runner.busy or self.queued or self.claims.waiting or self.flags.stop:
             return min(self.config.poll_interval, until_rescan)
         return until_rescan
 

@@ -117,29 +117,10 @@ class Ended:
     # Called once the end is filed (and never if it is not, or handed over): the
     # executor may then reuse what served the job (a supervisor: forkserver.py).
     filed: Callable[[], None] | None = field(default=None, compare=False, repr=False)
-    # None: what the end was read from is durable. Else the end was reported early
-    # (Tick.early: its exit.json in place, its fsyncs under way): the shell frees
-    # the job's slot at once but files it only once this says it is durable
-    # (runner.py, Runner._defer).
-    durable: Durability | None = field(default=None, compare=False, repr=False)
 
     @property
     def job_id(self) -> str:
         return self.record.id
-
-
-class Durability(ABC):
-    """Whether an end reported early (``Tick.early``) is durable yet, and what the
-    loop's sleep waits on until it is."""
-
-    @abstractmethod
-    def durable(self, wait: float) -> bool:
-        """Durable now? Waits up to ``wait`` seconds for it (0: a look)."""
-
-    @abstractmethod
-    def fileno(self) -> int:
-        """Readable once it may be durable (the loop's sleep wakes for it); -1: none,
-        the loop looks again within a poll interval."""
 
 
 @dataclass(frozen=True)
@@ -222,14 +203,11 @@ Report = Step | Ended | Starting | Deferred | Running
 @dataclass(frozen=True)
 class Tick:
     """What one poll may look at: ``sweep`` is the periodic full look (ABORT,
-    adopted processes); ``children`` that a child of ours exited (SIGCHLD).
-    ``early``: whether the shell would free this job's slot before its end is
-    durable (``Ended.durable``); None: report only durable ends."""
+    adopted processes); ``children`` that a child of ours exited (SIGCHLD)."""
 
     monotonic: float
     sweep: bool
     children: bool
-    early: Callable[[JobRecord], bool] | None = field(default=None, compare=False)
 
 
 @dataclass

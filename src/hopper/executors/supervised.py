@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -38,20 +37,11 @@ from hopper.core.recovery import RunSnapshot
 from hopper.core.states import Reason
 from hopper.errors import JobFileCorrupt
 from hopper.executors.adopted import AdoptedWatch
-from hopper.executors.protocol import (
-    Context,
-    Durability,
-    Ended,
-    How,
-    Launch,
-    Polled,
-    Starting,
-    Tick,
-)
+from hopper.executors.protocol import Context, Ended, How, Launch, Polled, Starting, Tick
 from hopper.faults import crash_point
 from hopper.prepare import in_scratch
 from hopper.proc import identity, spawn, treekill
-from hopper.proc.forkclient import Forked, ForkServer
+from hopper.proc.forkclient import Forked
 from hopper.running import Running, adopt
 from hopper.store import ledger
 from hopper.store.jobfile import EXIT_FILE, LOG_FILE, read_exit
@@ -102,57 +92,13 @@ def _stop_that_acted(stop: Reason | None, status: ExitStatus) -> Reason | None:
 
 def _unreported(sup: spawn.Handle | None, generation: int) -> bool:
     """A supervisor forked by the live fork server, which has not reported its exit
-    (nor that its exit.json is written: ``done``, or in place: ``ended``)."""
+    (nor that its exit.json is written: ``done``)."""
     return (
         isinstance(sup, Forked)
         and sup.returncode is None
         and not sup.done
-        and not sup.ended
         and sup.generation == generation
     )
-
-
-def _make_durable(path: Path) -> None:
-    """fsync ``path`` (never through a link) and its directory; a file gone or
-    unreadable is left for the filing, which reads it again, to report."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        log.warning("cannot make %s durable: %s", path, exc)
-
-
-class ExitDurability(Durability):
-    """An end reported at its supervisor's ``ended``: durable at its ``done``."""
-
-    def __init__(self, pool: ForkServer, run_dir: Path, supervisor: Forked) -> None:
-        self.pool, self.run_dir, self.supervisor = pool, run_dir, supervisor
-
-    def durable(self, wait: float) -> bool:
-        """Waits up to ``wait`` seconds for the fork server's ``done``. A supervisor
-        gone without saying it (killed between its rename and its fsyncs) leaves the
-        fsyncs to us: done here, so the job is filed only from a durable exit.json."""
-        supervisor = self.supervisor
-        deadline = time.monotonic() + wait  # a wait on processes, not the loop's clock
-        while supervisor.poll() is None and not supervisor.done:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            self.pool.wait_report(supervisor, min(left, 0.05))
-        if not supervisor.done:
-            _make_durable(self.run_dir / EXIT_FILE)
-        return True
-
-    def fileno(self) -> int:
-        return self.pool.reports_fd(self.supervisor)
 
 
 @dataclass(frozen=True)
@@ -352,7 +298,7 @@ class Supervised:
                 found.append(self.exited(job, status))
                 return
         look = tick.children if supervisor is not None else tick.sweep
-        if look and self._supervisor_gone(job, tick):
+        if look and self._supervisor_gone(job):
             status = self._own_exit(job)  # it may have written just before exiting
             found.append(self.exited(job, status) if status is not None else self.lost(job))
 
@@ -380,18 +326,12 @@ class Supervised:
             return None
         return status
 
-    def _supervisor_gone(self, job: Running, tick: Tick) -> bool:
-        """Its supervisor exited, or said ``done`` (its exit.json is durable and it is
-        exiting or waits for the next job: forkclient.py), or said ``ended`` (its
-        exit.json in place, not yet durable) and the shell frees such a job's slot
-        early (``Tick.early``: the end then comes with ``Ended.durable``)."""
+    def _supervisor_gone(self, job: Running) -> bool:
         supervisor = held(job).supervisor
         if supervisor is not None:
-            if not isinstance(supervisor, Forked):
-                return supervisor.poll() is not None
-            if supervisor.done or supervisor.poll() is not None:
-                return True
-            return supervisor.ended and tick.early is not None and tick.early(job.record)
+            # done: its exit.json is durable and it is exiting (forkclient.py)
+            done = isinstance(supervisor, Forked) and supervisor.done
+            return done or supervisor.poll() is not None
         rec = job.record
         return not identity.is_alive(rec.supervisor_pid, rec.supervisor_start_time)
 
@@ -412,19 +352,11 @@ class Supervised:
         if taken is not None:
             return taken
         supervisor = held(job).supervisor
-        filed = durable = None
-        if isinstance(supervisor, Forked) and (supervisor.done or supervisor.ended):
+        filed = None
+        if isinstance(supervisor, Forked) and supervisor.done:
             # It waits to serve another job; the fork server gives it one only once
-            # this end is filed: from then on nothing signals it for this job. An
-            # end reported at ``ended`` is filed only once it is ``done``
-            # (Ended.durable), so a free never comes before (forkserver.py ignores
-            # one for a supervisor that is not waiting for it).
+            # this end is filed: from then on nothing signals it for this job.
             filed = partial(self.pool.free, supervisor)
-            if not supervisor.done and supervisor.returncode is None:
-                durable = ExitDurability(self.pool, job.run_dir, supervisor)
-                # The loop waits on the fork server's socket for its `done`: no SIGCHLD
-                # (no second turn) needed for it (forkserver.py, `quiet`).
-                self.pool.quiet(supervisor)
         elif supervisor is not None:
             self._reap.append(supervisor)
         elif job.record.host == self.ctx.host:  # never a pid of another host
@@ -453,7 +385,6 @@ class Supervised:
             status,
             files=ATTEMPT_FILES,
             filed=filed,
-            durable=durable,
         )
 
     def lost(self, job: Running) -> Ended:

@@ -67,10 +67,6 @@ class Forked:
     ) -> None:
         self.pid = pid
         self.returncode: int | None = None
-        # Its job has ended and its exit.json is in place, not yet durable (the
-        # fork server passed on its ``ended``): its slot may be freed, nothing more
-        # (supervise.py's Supervisor.record); ``done`` follows.
-        self.ended = False
         # Its exit.json is durable and it is exiting (the fork server passed on its
         # hint): its job can be filed now; ``returncode`` comes with the reaping.
         self.done = False
@@ -269,20 +265,6 @@ class ForkServer:
         serves no other job, which is safe."""
         self._send_about(b"free", handle)
 
-    def quiet(self, handle: Forked) -> None:
-        """``handle``'s supervisor said ``ended`` and the loop now waits on this
-        socket (:meth:`reports_fd`) for its ``done``: the server passes that on
-        without a SIGCHLD (forkserver.py). Dropped like :meth:`free`: the done then
-        comes with its SIGCHLD, as ever."""
-        self._send_about(b"quiet", handle)
-
-    def reports_fd(self, handle: Forked) -> int:
-        """The socket the reports about ``handle`` come on, for a select; -1 when its
-        server is gone (nothing will come there)."""
-        if handle.generation != self.generation or self._sock is None:
-            return -1
-        return self._sock.fileno()
-
     def _send_about(self, word: bytes, handle: Forked) -> None:
         if handle.generation != self.generation or self._sock is None:
             return
@@ -373,14 +355,8 @@ class ForkServer:
 
     def _report(self, msg: bytes) -> None:
         """``exit PID STATUS``: that supervisor has exited and was reaped; ``done
-        PID``: it has written its exit.json durably and is exiting (:attr:`Forked.done`);
-        ``ended PID``: its exit.json is in place, not yet durable (:attr:`Forked.ended`)."""
+        PID``: it has written its exit.json durably and is exiting (:attr:`Forked.done`)."""
         kind, pid, status = [*msg.split(b" "), b"", b""][:3]
-        if kind == b"ended" and pid.isdigit() and not status:
-            handle = self._live.get(int(pid))
-            if handle is not None:
-                handle.ended = True
-            return  # not made yet (answer() pending): its done (or exit) will do
         if kind == b"done" and pid.isdigit() and not status:
             handle = self._live.pop(int(pid), None)
             if handle is not None:

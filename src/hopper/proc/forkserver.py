@@ -23,29 +23,21 @@ message:
   it outlives both this server and the watcher. One that cannot start its
   job (a refused fork, no descriptor, no space for job.log) says so where
   the watcher waits for the pid line: ``{"error": TEXT, "errno": N}``.
-- watcher -> server: ``quiet N``: the watcher has read supervisor N's
-  ``ended`` and waits on its socket for the ``done`` (its loop's select):
-  that ``done`` comes without a SIGCHLD (no second turn of the loop for it).
 - watcher -> server: ``free N``: the watcher has filed the job supervisor N
   served and will never signal N for that job again (below); ``retire N``:
   the watcher let go of N's job without filing it (another watcher took it
   over): N serves no other job and exits once done with this one.
 - server -> watcher: ``pid N`` (the supervisor given the oldest request)
-  or ``error TEXT`` (the fork failed), one per request, in order; ``ended
-  N``: supervisor N's job has ended and its exit.json is in place (readable
-  whole), its fsyncs under way (the watcher may free the job's slot, nothing
-  more: supervise.py's ``Supervisor.record`` says why that is safe); ``done
+  or ``error TEXT`` (the fork failed), one per request, in order; ``done
   N``: supervisor N has written its exit.json durably, its job is over (the
   watcher files it then; N waits for its ``free``, or exits); and ``exit N
   STATUS`` once supervisor N has exited and been reaped (STATUS is the raw
-  wait status). ``ended N`` always comes before ``done N``, and is left out
-  when both are there at once. A supervisor forked for a request (no spare)
-  serves that one job: its ``ended`` and ``done`` are hints it sends on the
-  server's "done" socket (one lost changes nothing but the time: ``done``,
-  then ``exit``, follows). After each reaping round, and each round of
-  reports, the server also sends its parent, the watcher, a SIGCHLD: the
-  watcher's loop wakes for it exactly as it did when each supervisor was its
-  own child.
+  wait status). A supervisor forked for a request (no spare) serves that one
+  job: its ``done`` is a hint it sends on the server's "done" socket as it
+  exits (one lost changes nothing but the time: ``exit`` follows). After
+  each reaping round, and each round of reports, the server also sends its
+  parent, the watcher, a SIGCHLD: the watcher's loop wakes for it exactly as
+  it did when each supervisor was its own child.
 - EOF (the watcher closed its end or died): the server exits. Supervisors it
   forked keep running; orphaned, they are reaped by init (or the nearest
   subreaper), and a watcher finds them again by pid and start time.
@@ -63,8 +55,7 @@ EOF on its link: when the server exits (the watcher went away), so does the
 spare, which never ran anything.
 
 Job after job: a supervisor that was a spare keeps its link. Once its job's
-exit.json is in place it says ``ended`` on its link; once it is durable,
-``done``, then leaves the run
+exit.json is durable it says ``done`` on its link, then leaves the run
 directory (``chdir /``: a restarted watcher finds supervisors by their cwd)
 and closes every descriptor the job left open (it keeps only what it held
 before its first job) while the watcher files the job, and waits on its
@@ -112,11 +103,9 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Literal
 
     from hopper.proc.protocol import LaunchSpec, ProtocolError
@@ -182,7 +171,6 @@ class Linked:
     link: socket.socket
     state: State = "busy"
     jobs: int = 0
-    quiet: bool = False  # its next `done` is passed on without a SIGCHLD (`quiet PID`)
 
 
 class Server:
@@ -201,10 +189,6 @@ class Server:
         # Supervisors that serve job after job (the spares, once given a job), by pid;
         # the most recently freed is the last of the free ones.
         self.linked: dict[int, Linked] = {}
-        # Supervisors forked for a request that said `ended`, not yet `done`; of
-        # those, the ones whose `done` goes without a SIGCHLD (`quiet PID`).
-        self.ended: set[int] = set()
-        self.quiet: set[int] = set()
 
     def serve(self) -> int:
         """Answer fork requests and report exits until the watcher goes away."""
@@ -282,8 +266,8 @@ class Server:
                 os.close(fd)
             return False
         kind, _, arg = msg.partition(b" ")
-        if kind in (b"free", b"retire", b"quiet") and arg.isdigit() and not fds:
-            {b"free": self.free, b"retire": self.retire, b"quiet": self.hush}[kind](int(arg))
+        if kind in (b"free", b"retire") and arg.isdigit() and not fds:
+            (self.free if kind == b"free" else self.retire)(int(arg))
             return True
         if msg != b"fork" or len(fds) != 1:
             for fd in fds:
@@ -326,7 +310,7 @@ class Server:
         code = 1
         try:
             self._leave_server()
-            served = _supervise(channel, spec, self.tell_ended)
+            served = _supervise(channel, spec)
             code = served.code
             if served.done:
                 self.tell_done()
@@ -409,10 +393,8 @@ class Server:
             sup.link.close()
 
     def link_ready(self, pid: int) -> bool:
-        """A supervisor's link is readable: ``ended`` (its exit.json is in place,
-        not yet durable), ``done`` (durable: it waits to be freed), else EOF (it
-        exited). ``ended`` with ``done`` already behind it is passed on as ``done``
-        alone. False once the watcher has gone."""
+        """A supervisor's link is readable: ``done`` (its exit.json is durable, it
+        waits to be freed), else EOF (it exited). False once the watcher has gone."""
         sup = self.linked.get(pid)
         if sup is None:
             return True
@@ -421,39 +403,19 @@ class Server:
             return True
         try:
             msg = sup.link.recv(16)
-            if msg == b"ended":
-                msg = sup.link.recv(16, socket.MSG_DONTWAIT)  # `done` already? then it alone
-        except BlockingIOError:
-            return self.tell(b"ended %d" % pid)
         except OSError:
             msg = b""
         if msg != b"done":
             self.drop(pid)
             return True
-        quiet, sup.quiet = sup.quiet, False
         if sup.state == "retiring":
             self.drop(pid)  # EOF: it exits, and is reported when reaped
         else:
             sup.state = "unfreed"
-        return self.tell(b"done %d" % pid, wake=not quiet)
-
-    def tell(self, msg: bytes, wake: bool = True) -> bool:
-        """One report to the watcher, then its wake; False once it has gone."""
-        if not self.send(msg):
+        if not self.send(b"done %d" % pid):
             return False
-        if wake:
-            self.wake_watcher()
+        self.wake_watcher()
         return True
-
-    def hush(self, pid: int) -> None:
-        """``quiet PID``: the watcher waits on its socket for this supervisor's
-        ``done`` (it read its ``ended``): passed on without a SIGCHLD."""
-        sup = self.linked.get(pid)
-        if sup is None:
-            if pid in self.ended:  # forked for a request, not done yet
-                self.quiet.add(pid)
-        elif sup.state in ("busy", "retiring"):
-            sup.quiet = True
 
     def retire(self, pid: int) -> None:
         """The watcher has let go of the job supervisor ``pid`` serves or served
@@ -524,7 +486,7 @@ class Server:
                     os.close(fds[0])
                     return  # the watcher went away before it sent the spec
                 code = 1  # from here on, a failure is a supervisor's
-                served = _supervise(fds[0], supervise.parse(line), partial(_say, link, b"ended"))
+                served = _supervise(fds[0], supervise.parse(line))
                 code = served.code
                 if not served.done:
                     return  # its job never ran, or no record landed: one job only
@@ -548,51 +510,31 @@ class Server:
         finally:
             _exit(code)
 
-    def tell_ended(self) -> None:
-        """In a supervisor forked for a request: its job's exit.json is in place, its
-        fsyncs are next (a hint, as :meth:`tell_done`'s)."""
-        _say(self.done_w, b"ended %d" % os.getpid(), socket.MSG_DONTWAIT)
-
     def tell_done(self) -> None:
         """In a supervisor forked for a request: its job is done (``Served.done``:
         exit.json durable), it exits now (a hint; dropped when the socket is full or
         the server gone, never blocking)."""
-        _say(self.done_w, b"%d" % os.getpid(), socket.MSG_DONTWAIT)
+        try:
+            self.done_w.send(b"%d" % os.getpid(), socket.MSG_DONTWAIT)
+        except OSError:
+            pass
 
     def done(self) -> bool:
-        """Pass each supervisor's hints on as ``ended PID`` and ``done PID`` (an
-        ``ended`` whose ``done`` is in the same read is left out), then wake the
-        watcher (proc/forkclient.py: its job is filed from exit.json before the
-        reaping). False once the watcher has gone."""
-        hints: list[bytes] = []
+        """Pass each supervisor's hint on as ``done PID``, then wake the watcher
+        (proc/forkclient.py: its job is filed from exit.json before the reaping).
+        False once the watcher has gone."""
+        told = False
         while True:
             try:
                 msg = self.done_r.recv(32)
             except BlockingIOError:
                 break
-            word, _, pid = msg.rpartition(b" ")
-            if pid.isdigit() and word in (b"", b"ended"):  # else not a supervisor's
-                hints.append(msg)
-        reports = [
-            b"done " + msg if msg.isdigit() else msg
-            for msg in hints
-            if msg.isdigit() or msg[6:] not in hints  # "ended N" with N's done: done alone
-        ]
-        wake = False
-        for report in reports:
-            if not self.send(report):
+            if not msg.isdigit():
+                continue  # not a supervisor's
+            told = True
+            if not self.send(b"done " + msg):
                 return False
-            sup_pid = int(report.rpartition(b" ")[2])
-            if report.startswith(b"ended "):
-                self.ended.add(sup_pid)
-                wake = True
-                continue
-            self.ended.discard(sup_pid)
-            if sup_pid in self.quiet:
-                self.quiet.discard(sup_pid)  # the watcher waits on its socket for this one
-            else:
-                wake = True
-        if wake:
+        if told:
             self.wake_watcher()
         return True
 
@@ -607,8 +549,6 @@ class Server:
             if pid == 0:
                 break
             reaped = True
-            self.ended.discard(pid)
-            self.quiet.discard(pid)
             if not self.send(b"exit %d %d" % (pid, status)):
                 return False
         if reaped:
@@ -636,15 +576,6 @@ class Server:
         return True
 
 
-def _say(sock: socket.socket, word: bytes, flags: int = 0) -> None:
-    """``word`` on ``sock``; a server gone (or a hint dropped) is not our failure here:
-    what follows (``done``, then ``exit``) tells the watcher as well."""
-    try:
-        sock.send(word, flags)
-    except OSError:
-        pass
-
-
 def _open_fds() -> set[int]:
     """This process's open descriptors (not the one the listing itself used)."""
     fds = set()
@@ -657,18 +588,15 @@ def _open_fds() -> set[int]:
     return fds
 
 
-def _supervise(
-    channel: int, spec: LaunchSpec | ProtocolError, ended: Callable[[], None]
-) -> supervise.Served:
-    """In a forked supervisor: ``channel`` on stdin and stdout, then supervise.serve
-    (``ended``: its first word, once the job's exit.json is in place)."""
+def _supervise(channel: int, spec: LaunchSpec | ProtocolError) -> supervise.Served:
+    """In a forked supervisor: ``channel`` on stdin and stdout, then supervise.serve."""
     os.dup2(channel, 0)
     os.dup2(channel, 1)
     os.close(channel)
     try:
         if fault("supervisor.fork"):  # its job's fork refused, before the pid line
             raise OSError(11, "Resource temporarily unavailable (fault point supervisor.fork)")
-        return supervise.serve(spec, ended=ended)
+        return supervise.serve(spec)
     except OSError as exc:
         _tell_failure(exc)
         raise

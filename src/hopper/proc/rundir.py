@@ -17,9 +17,6 @@ import stat
 import time
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
 if TYPE_CHECKING or __package__:
     from hopper.proc.writeall import write_all
 else:  # run by path under -I -S: a sibling (supervise.py put this directory on sys.path)
@@ -88,46 +85,34 @@ class RunDir:
             os.unlink(name, dir_fd=self.fd)  # a link or file planted at our temp name
             return os.open(name, flags, 0o644, dir_fd=self.fd)
 
-    def replace(
-        self,
-        name: str,
-        data: bytes,
-        durable: bool,
-        placed: Callable[[], None] | None = None,
-    ) -> Stamp:
+    def replace(self, name: str, data: bytes, durable: bool) -> Stamp:
         """Replace ``name`` with ``data`` atomically: a temp name, then a rename.
 
-        ``durable``: after the rename, the file and then the directory are
-        fsynced, so once this returns the new file is there after a crash
-        (exit.json); otherwise not (resources.json, refreshed anyway).
-        ``placed`` is called once the new content is in place (readers see it
-        whole), before those fsyncs: the supervisor says its job ended there
-        (supervise.py, ``Supervisor.record``). A crash before the fsyncs may
-        leave no file, or an empty or unreadable one, at ``name``: never a
-        readable old-and-new mix. On failure before the rename the temp file
-        is removed and the error raised; ``name`` keeps its old content.
-        Returns the new file's :data:`Stamp`, for :meth:`touch`.
+        ``durable``: the file and then the directory are fsynced, so after a
+        crash the new file is there (exit.json); otherwise not (resources.json,
+        refreshed anyway). On failure the temp file is removed and the error
+        raised; ``name`` keeps its old content. Returns the new file's
+        :data:`Stamp`, for :meth:`touch`.
         """
         tmp = f".{name}.{os.getpid()}.tmp"
         fd = self.create_temp(tmp)
         try:
             try:
                 write_all(fd, data)
+                if durable:
+                    os.fsync(fd)
                 made = os.fstat(fd)
-                os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-            except BaseException:
-                try:
-                    os.unlink(tmp, dir_fd=self.fd)
-                except OSError:
-                    pass
-                raise
-            if placed is not None:
-                placed()
-            if durable:
-                os.fsync(fd)
-                os.fsync(self.fd)
-        finally:
-            os.close(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=self.fd)
+            except OSError:
+                pass
+            raise
+        if durable:
+            os.fsync(self.fd)
         return _stamp(made)
 
     def put(self, name: str, data: bytes) -> None:

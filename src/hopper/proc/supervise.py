@@ -30,9 +30,7 @@ or SIGINT (the watcher's "stop") sends the stop signals to the job's
 process group, each followed by a grace period, then SIGKILL to every
 descendant. Descendants left behind by a job that exited are ended the same
 way: nothing outlives its job. Last, it writes ``exit.json`` (protocol's
-``ExitRecord``) atomically and durably (given a way to say so, it says the
-job ``ended`` once the file is in place, before its fsyncs:
-:meth:`Supervisor.record`), and exits (or, given it by the fork
+``ExitRecord``) atomically and durably, and exits (or, given it by the fork
 server, waits for its next job there: :func:`serve` returns, saying whether
 the job is done, :class:`Served`).
 
@@ -73,8 +71,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
 if TYPE_CHECKING or __package__:
     from hopper.proc import gate
     from hopper.proc.gate import Gated
@@ -290,19 +286,9 @@ class Supervisor(Reaper):
         started: bool,
         error: str | None = None,
         resources: Figures | None = None,
-        ended: Callable[[], None] | None = None,
     ) -> bool:
         """exit.json written, atomically and durably (retried until it lands);
-        False if the run directory was deleted first (nowhere to put it).
-
-        ``ended`` is called once, as soon as exit.json is in place (renamed in,
-        readable whole) and before its fsyncs (~1.5 ms): the fork server tells the
-        watcher ``ended``, which may free the job's slot then (and only that: it
-        files the job once this returns and ``done`` is said). Why that is safe:
-        a machine crash before the fsyncs leaves the job ``running`` with no
-        durable exit.json (none, or an unreadable one), which recovery files as
-        lost, exactly as a crash a moment before exit.json was written does;
-        the next job's ``running`` record is its own, durable before it runs."""
+        False if the run directory was deleted first (nowhere to put it)."""
         code = sig = None
         if self.status is not None:
             if os.WIFEXITED(self.status):
@@ -326,15 +312,6 @@ class Supervisor(Reaper):
         )
         data = record.to_json().encode() + b"\n"
         delay = 0.1
-        said = ended is None
-
-        def placed() -> None:
-            nonlocal said
-            if not said:
-                said = True
-                assert ended is not None
-                ended()
-
         while True:
             if self.files.gone():
                 # Deleted under us: no record can land, and the watcher files the
@@ -342,7 +319,7 @@ class Supervisor(Reaper):
                 sys.stderr.write(f"hopper supervisor {self.run_dir}: run directory deleted\n")
                 return False
             try:
-                self.files.replace(EXIT_FILE, data, durable=True, placed=placed)
+                self.files.replace(EXIT_FILE, data, durable=True)
                 return True
             except OSError as exc:
                 # Disk full or a transient I/O error: the exit status is the one
@@ -450,15 +427,9 @@ def parse(line: str | bytes) -> LaunchSpec | ProtocolError:
         return exc
 
 
-def serve(
-    spec: LaunchSpec | ProtocolError,
-    default_run_dir: str | None = None,
-    ended: Callable[[], None] | None = None,
-) -> Served:
+def serve(spec: LaunchSpec | ProtocolError, default_run_dir: str | None = None) -> Served:
     """Supervise the job of ``spec``; stdin/stdout carry the rest of the handshake.
-    What happened is the value returned (:class:`Served`). ``ended``: called once
-    the job that ran has its exit.json in place, before its fsyncs
-    (:meth:`Supervisor.record`; the fork server's first word to the watcher)."""
+    What happened is the value returned (:class:`Served`)."""
     _signal.pthread_sigmask(_signal.SIG_BLOCK, WATCHED)
     if isinstance(spec, ProtocolError):
         sys.stderr.write(f"hopper supervisor: {spec}\n")
@@ -505,8 +476,7 @@ def serve(
     figures = sup.meter.final_figures(sup.leftovers_killed, sup.reaped_cpu, sup.reaped_maxrss)
     if sup.limit == "output":
         sup.meter.cut_log()
-    recorded = sup.record(started=True, resources=figures, ended=ended)
-    return JOB_DONE if recorded else JOB_NOT_DONE
+    return JOB_DONE if sup.record(started=True, resources=figures) else JOB_NOT_DONE
 
 
 if __name__ == "__main__":
