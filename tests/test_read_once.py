@@ -22,9 +22,10 @@ from hopper.store.admission import (
     read_admission,
     write_admission,
 )
-from hopper.store.claim import claim, private_bytes
+from hopper.store.claim import claim
 from hopper.store.jobfile import read_record
 from hopper.store.layout import Layout
+from hopper.store.withhold import make_private, private_read
 from inprocess import in_process, submit
 from opens import opened_by_name
 
@@ -87,32 +88,36 @@ def test_the_kept_specs_stay_within_their_budget_the_oldest_dropped(tmp_path: Pa
     assert len(kept) == 3
 
 
-def test_private_bytes_reads_a_regular_file_within_the_limit_and_makes_it_0600(
+def test_private_read_reads_a_regular_file_within_the_limit_and_makes_it_0600(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "prompt.md"
     path.write_bytes(b"echo hi\n")
     path.chmod(0o644)
-    assert private_bytes(path, 8) == b"echo hi\n"
+    assert private_read(path, 8) == (True, b"echo hi\n")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     path.chmod(0o644)
-    assert private_bytes(path, 7) is None  # too big: read by saferead, which says so
+    assert private_read(path, 7) == (True, None)  # too big: read by saferead, which says so
     assert stat.S_IMODE(path.stat().st_mode) == 0o600  # made private all the same
-    assert private_bytes(path, None) is None
+    path.chmod(0o644)
+    assert private_read(path, None) == (True, None)
+    assert make_private(path) is True  # the same rule, its one home
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
-def test_private_bytes_never_follows_a_link_nor_blocks_on_a_fifo(tmp_path: Path) -> None:
+def test_private_read_never_follows_a_link_nor_blocks_on_a_fifo(tmp_path: Path) -> None:
     target = tmp_path / "target"
     target.write_bytes(b"secret")
     target.chmod(0o644)
     link = tmp_path / "link"
     link.symlink_to(target)
-    assert private_bytes(link, 100) is None
+    assert private_read(link, 100) == (False, None)
+    assert make_private(link) is False
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    assert private_bytes(fifo, 100) is None
-    assert private_bytes(tmp_path / "missing", 100) is None
+    assert private_read(fifo, 100) == (False, None)
+    assert private_read(tmp_path / "missing", 100) == (False, None)
 
 
 def test_a_claim_hands_on_the_prompt_it_made_private(layout: Layout) -> None:

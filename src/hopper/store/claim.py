@@ -22,7 +22,6 @@ from __future__ import annotations
 import errno
 import os
 import secrets
-import stat
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -33,8 +32,8 @@ from hopper.store import ledger
 from hopper.store.atomic import open_dir
 from hopper.store.jobfile import CLAIM_FILE, EVENTS_FILE, PROMPT_FILE, first_event
 from hopper.store.layout import Layout
-from hopper.store.saferead import READ_FLAGS, SMALL_LIMIT, UnreadableFile, read_json
-from hopper.store.withhold import PRIVATE_MODE
+from hopper.store.saferead import SMALL_LIMIT, UnreadableFile, read_json
+from hopper.store.withhold import private_read
 
 CLAIMED = "claimed"  # the event that is the claim's marker
 
@@ -106,47 +105,12 @@ def claim(
             ) from None
         # Its front matter env may hold secrets: the watcher's own copy is 0600
         # (a prompt another user owns keeps its mode; see docs/contract.md).
-        data = private_bytes(moved, limit)
+        data = private_read(moved, limit)[1]
         crash_point("claim.after_rename")
     except BaseException:
         os.close(dir_fd)
         raise
     return Claimed(run_dir.name, run_dir, inbox_rel, dir_fd=dir_fd, data=data)
-
-
-# O_NOCTTY: a terminal device put at the name never becomes the watcher's terminal.
-_PROMPT_FLAGS = READ_FLAGS | os.O_NOCTTY
-
-
-def private_bytes(path: Path, limit: int | None) -> bytes | None:
-    """Mode 0600 for the regular file at ``path``, as store/withhold.py's
-    ``make_private`` (never through a link; another user's file keeps its mode),
-    and its bytes read through the same descriptor: one open for both. None when
-    it is not a regular file of at most ``limit`` bytes (no ``limit``: not read),
-    or it was not read whole: the caller reads it with store/saferead.py, which
-    refuses it in its own words."""
-    try:
-        fd = os.open(path, _PROMPT_FLAGS)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None
-        try:
-            os.fchmod(fd, PRIVATE_MODE)
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EACCES):
-                raise
-        if limit is None or st.st_size > limit:
-            return None
-        try:
-            data = os.read(fd, st.st_size + 1)
-        except OSError:
-            return None
-        return data if len(data) == st.st_size else None  # grown or shrunk: read again
-    finally:
-        os.close(fd)
 
 
 def _make_run_dir(layout: Layout, now: datetime, name: str) -> Path:

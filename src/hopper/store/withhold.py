@@ -149,18 +149,40 @@ def _private(path: Path) -> bool:
 def make_private(path: Path) -> bool:
     """Mode 0600 for the regular file at ``path`` (links never followed); False if it
     is not the watcher's to change (another user's prompt) or not a regular file."""
+    return private_read(path, None)[0]
+
+
+def private_read(path: Path, limit: int | None) -> tuple[bool, bytes | None]:
+    """Mode 0600 for the regular file at ``path`` and, given a ``limit``, its bytes
+    read through the same descriptor: one open for both (the claim's). Links are never
+    followed, a FIFO never blocks, a terminal is never taken.
+
+    The flag is :func:`make_private`'s: False when the file is not the watcher's to
+    change (another user's prompt keeps its mode) or not a regular file. The bytes are
+    None when it is not a regular file of at most ``limit`` bytes (no ``limit``: not
+    read) or was not read whole: the caller reads it with store/saferead.py, which
+    refuses it in its own words."""
     try:
-        fd = os.open(path, READ_FLAGS)
+        fd = os.open(path, READ_FLAGS | os.O_NOCTTY)
     except OSError:
-        return False
+        return False, None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        os.fchmod(fd, PRIVATE_MODE)
-        return True
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.EACCES):
-            raise
-        return False
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return False, None
+        try:
+            os.fchmod(fd, PRIVATE_MODE)
+            changed = True
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EACCES):
+                raise
+            changed = False
+        if limit is None or st.st_size > limit:
+            return changed, None
+        try:
+            data = os.read(fd, st.st_size + 1)
+        except OSError:
+            return changed, None
+        return changed, (data if len(data) == st.st_size else None)  # grown or shrunk
     finally:
         os.close(fd)
