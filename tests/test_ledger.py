@@ -250,3 +250,33 @@ def test_a_batch_issues_its_fsyncs_concurrently(
     entries = [Entry(d, step(d.name, 1, "started")) for d in dirs]
     assert ledger.commit_batch(entries) == []
     assert [read_record(d).priority for d in dirs] == [1, 1, 1]
+
+
+def test_a_batch_runs_its_first_fsync_on_the_calling_thread_and_keeps_the_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One hand-off to the pool fewer per phase; the results still in the items' order,
+    and a failure in the first does not leave the others unseen."""
+    together = threading.Barrier(3, timeout=10)
+    threads: list[str] = []
+
+    def work(n: int) -> int:
+        threads.append(threading.current_thread().name)
+        together.wait()  # all three at once: still concurrent
+        return n * 10
+
+    assert ledger._each(work, [1, 2, 3]) == [10, 20, 30]
+    assert threading.current_thread().name in threads
+    assert sum(name.startswith("hopper-fsync") for name in threads) == 2
+
+    done: list[int] = []
+
+    def first_fails(n: int) -> int:
+        if n == 1:
+            raise RuntimeError("first")
+        done.append(n)
+        return n
+
+    with pytest.raises(RuntimeError, match="first"):
+        ledger._each(first_fails, [1, 2, 3])
+    assert sorted(done) == [2, 3]  # waited for, not abandoned
