@@ -11,12 +11,17 @@ Every child is reaped with ``wait4``, whose resource usage is that child's and
 its reaped descendants': summed (CPU) and maxed (peak RSS) over the children
 reaped for this job, they are the job's own figures (what the process's
 RUSAGE_CHILDREN would say only if it had never reaped anything else).
+``os.wait4`` imports the ``resource`` module (its ``struct_rusage``) on each
+call; imported here, it is loaded once in the fork server, before it forks,
+not in each supervisor (a first import there cost ~0.3 MB of private memory
+per supervisor, docs/performance.md).
 Standard library only, like the supervisor that loads it by path.
 """
 
 from __future__ import annotations
 
 import os
+import resource  # noqa: F401 - os.wait4 imports it on every call (its struct_rusage)
 import signal
 import time
 from typing import TYPE_CHECKING
