@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # signal.py's wrappers convert to enums
 import _thread
+import array
 import ctypes
 import errno
 import fcntl
@@ -65,6 +66,13 @@ PID_SLICE = 0.005  # seconds between looks at whether the spawn failed before it
 
 _libc: ctypes.CDLL | None = None
 _attr: ctypes.Array[ctypes.c_char] | None = None  # the same for every job: built once
+# The per-job buffers' types, made once in the fork server: a ctypes array type
+# (``c_char * n``, ``c_char_p * n``) first made in a supervisor is a type object
+# of its own there. argv and envp are plain arrays of addresses (_pointers).
+_Actions = ctypes.c_char * ACTIONS_SIZE
+_POINTER = ctypes.sizeof(ctypes.c_void_p)
+Pointers = tuple["array.array[int]", "array.array[int]"]  # char *[] and its strings
+_ADDRESS = next(code for code in "LQI" if array.array(code).itemsize == _POINTER)  # an address
 
 
 class Gated(Protocol):
@@ -84,7 +92,10 @@ def load() -> bool:
     if _libc is not None:
         return True
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
+        # No use_errno: posix_spawn and its helpers return their error numbers, so
+        # a call (in the spawning thread too) need not swap ctypes' copy of errno
+        # (a thread's first such call makes a dict and a capsule for it).
+        libc = ctypes.CDLL(None)
         libc.posix_spawn_file_actions_addchdir_np  # glibc >= 2.29  # noqa: B018
         held = lease_break_time()
         if held is None or held < 1:
@@ -170,16 +181,17 @@ class Spawned:
         self,
         actions: ctypes.Array[ctypes.c_char],
         attr: ctypes.Array[ctypes.c_char],
-        argv: ctypes.Array[ctypes.c_char_p],
-        envp: ctypes.Array[ctypes.c_char_p],
+        argv: Pointers,
+        envp: Pointers,
     ) -> None:
         """In the spawning thread: returns once the child exec'd, failed or was killed."""
         assert _libc is not None
         try:
             self.tid = _thread.get_native_id()
             pid = ctypes.c_int(0)
+            argv_at, envp_at = argv[0].buffer_info()[0], envp[0].buffer_info()[0]
             self.rc = _libc.posix_spawn(
-                ctypes.byref(pid), self.path.encode(), actions, attr, argv, envp
+                ctypes.byref(pid), self.path.encode(), actions, attr, argv_at, envp_at
             )
             _libc.posix_spawn_file_actions_destroy(actions)
         finally:
@@ -276,7 +288,7 @@ def spawn(path: str, argv: list[str], env: dict[str, str], cwd: str, log_fd: int
     hold = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
     job = Spawned(path, cwd, log_fd, hold)
     libc, attr = _libc, _attr
-    actions = ctypes.create_string_buffer(ACTIONS_SIZE)
+    actions = _Actions()
     libc.posix_spawn_file_actions_init(actions)
     me = os.getpid()
     libc.posix_spawn_file_actions_addclose(actions, log_fd)  # else our lease outlives us in it
@@ -286,9 +298,8 @@ def spawn(path: str, argv: list[str], env: dict[str, str], cwd: str, log_fd: int
     libc.posix_spawn_file_actions_addopen(actions, 1, gate, os.O_WRONLY | os.O_APPEND, 0)
     libc.posix_spawn_file_actions_adddup2(actions, 1, 2)
     libc.posix_spawn_file_actions_addchdir_np(actions, f"/proc/{me}/fd/{hold}".encode())
-    cargv = (ctypes.c_char_p * (len(argv) + 1))(*[os.fsencode(a) for a in argv], None)
-    entries = [os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()]
-    cenv = (ctypes.c_char_p * (len(entries) + 1))(*entries, None)
+    cargv = _pointers([os.fsencode(a) for a in argv])
+    cenv = _pointers([os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items()])
     _signal.pthread_sigmask(_signal.SIG_BLOCK, {signal.SIGURG})  # find() waits for it
     try:
         _thread.start_new_thread(job.run, (actions, attr, cargv, cenv))
@@ -310,6 +321,20 @@ def spawn(path: str, argv: list[str], env: dict[str, str], cwd: str, log_fd: int
     if job.rc == 0:  # cannot be: without a release its chdir fails
         raise OSError(errno.EPROTO, "the job's process passed its gate unreleased")
     return None  # it failed before (or at) its gate: fork instead
+
+
+def _pointers(strings: list[bytes]) -> Pointers:
+    """A NULL-terminated ``char *[]`` (argv, envp) for posix_spawn: an array of the
+    addresses of the strings, each NUL-terminated, in a second array. The caller
+    keeps both alive, never resized, until the call returns."""
+    text = array.array("b", b"\0".join([*strings, b""]))
+    at = text.buffer_info()[0]
+    addresses = array.array(_ADDRESS)
+    for item in strings:
+        addresses.append(at)
+        at += len(item) + 1
+    addresses.append(0)
+    return addresses, text
 
 
 def _children(tid: int) -> list[int]:
