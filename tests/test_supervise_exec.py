@@ -9,13 +9,16 @@ a relative PATH entry, or no such program fall back to execvpe itself.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from conftest import wait_for
-from hopper.proc import spawn
+from hopper.proc import spawn, supervise
 from hopper.proc.protocol import LaunchSpec
 from hopper.proc.supervise import program
 
@@ -180,3 +183,22 @@ def test_a_start_that_may_wait_long_at_its_gate_is_forked_the_others_spawned(
         assert (run_dir / "job.log").read_text() == "ran\n"
     assert "break_lease" in waits[False]
     assert "pipe_read" in waits[True]
+
+
+def test_the_fork_servers_first_instances_need_no_descriptor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """warm()'s throwaway Supervisor opens "/" (its RunDir); without a descriptor to
+    spare it is skipped, not an error: the fork server and a booted supervisor
+    start as before (supervise._first_instances only saves memory)."""
+
+    def no_descriptor(path: str) -> None:
+        raise OSError(errno.EMFILE, "Too many open files", path)
+
+    monkeypatch.setattr(supervise, "RunDir", no_descriptor)
+    supervise._first_instances()  # no exception
+
+    monkeypatch.undo()
+    before = set(os.listdir("/proc/self/fd"))
+    supervise._first_instances()
+    assert set(os.listdir("/proc/self/fd")) <= before  # "/" closed again

@@ -392,12 +392,17 @@ def _first_instances() -> None:
     3.11 fills a class's table of attribute names, shared by its instances, and
     gives the class its version tag, at its first instance: made here, in the fork
     server, every forked supervisor shares them instead of writing its own copy
-    (docs/performance.md: ~50 KB less private memory per class and supervisor)."""
-    sup = Supervisor("/", LaunchSpec(argv=["true"], cwd="/", env={}, log=os.devnull))
-    os.close(sup.files.fd)  # RunDir's descriptor of "/": nothing is written through it
+    (docs/performance.md: ~50 KB less private memory per class and supervisor).
+    Only a saving: without a descriptor to spare for RunDir's "/", each supervisor
+    makes its Supervisor, RunDir and Meter first, as before."""
     gate.Spawned("/", "/", -1, -1)
     gate.ForkedJob(0, -1, -1)
-    Ladder(grace=sup.grace)
+    Ladder(grace=DEFAULT_GRACE)
+    try:
+        sup = Supervisor("/", LaunchSpec(argv=["true"], cwd="/", env={}, log=os.devnull))
+    except OSError:
+        return
+    os.close(sup.files.fd)  # RunDir's descriptor of "/": nothing is written through it
 
 
 def _become_subreaper() -> None:
