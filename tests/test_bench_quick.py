@@ -91,6 +91,9 @@ def test_bench_quick(tmp_path: Path) -> None:
         cost, elapsed = row["hopper"]["cost_ms_per_job"], row["hopper"]["ms_per_job"]
         assert cost["median"] == pytest.approx(elapsed["median"], rel=1e-6), size
         assert row["hopper"]["claim_ms_per_prompt"]["median"] >= 0, size
+        # the drain ends with its last job filed, before the watcher's own exit
+        drained, whole = row["hopper"]["drained_s"]["median"], row["hopper"]["elapsed_s"]["median"]
+        assert 0 < drained <= whole, size
 
     tail = data["events_tail"]
     assert tail["file_bytes"] > 1 << 20
