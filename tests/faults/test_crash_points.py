@@ -118,17 +118,15 @@ def test_supervisor_killed_too_is_lost_and_orphans_end(
 
     from conftest import wait_for
 
-    drop(layout, "orphan", '+++\nagent = "bash"\n+++\nsleep 300\n')
+    # Released, not only recorded `running`: a watcher killed between its running
+    # commit and its `go` leaves a job that never ran, which recovery requeues.
+    released = layout.root / "released"
+    drop(layout, "orphan", f'+++\nagent = "bash"\n+++\ntouch {released}\nsleep 300\n')
     first = watchers.start()
-    wait_for(
-        lambda: any(
-            (d / "job.json").exists() and read_record(d).state is JobState.RUNNING
-            for d in layout.runs.iterdir()
-        ),
-        what="running",
-    )
+    wait_for(released.exists, what="the job released")
     (run_dir,) = list(layout.runs.iterdir())
     record = read_record(run_dir)
+    assert record.state is JobState.RUNNING
     first.send_signal(signal.SIGKILL)
     first.wait()
     assert record.supervisor_pid
