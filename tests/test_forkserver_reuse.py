@@ -185,7 +185,11 @@ def test_free_supervisors_exit_with_the_server_and_a_busy_one_finishes_its_job(
     server: forkclient.ForkServer, tmp_path: Path
 ) -> None:
     idle = _done(server, tmp_path / "a", "exit 0")
+    # The next spare, once forked: a request that comes before it is served by a
+    # supervisor forked for it alone, which exits after its job, not one that waits.
+    spare = _spare(server, other_than={idle.pid})
     unfreed = _done(server, tmp_path / "b", "exit 0")
+    assert unfreed.pid == spare
     server.free(idle)
     gate = tmp_path / "gate"
     busy = _start(server, tmp_path / "c", _gated(gate, 9))
