@@ -22,7 +22,7 @@ import pytest
 from conftest import Watchers, bash, drop, wait_for
 from hopper.core.record import JobRecord
 from hopper.core.states import JobState, Reason
-from hopper.pending_starts import ahead_hold
+from hopper.pending_starts import ahead_hold, aheads
 from hopper.proc import forkclient, identity, spawn
 from hopper.proc.protocol import lease_break_time
 from hopper.store.jobfile import ABORT_FILE, EXIT_FILE, read_record
@@ -269,3 +269,43 @@ def test_withdrawing_a_start_whose_supervisor_never_came_up_only_tidies(
     monkeypatch.setattr(pending, "collect", real)
     pending.withdraw()  # the real supervisor of this test, told no as well
     assert identity.supervisors_of(str(run_dir)) == []
+
+
+def test_aheads_is_one_per_slot_at_most_three() -> None:
+    assert [aheads(n) for n in (1, 2, 3, 4, 8, 64)] == [1, 2, 3, 3, 3, 3]
+    assert aheads(0) == 1  # never fewer than one (a config validated elsewhere)
+
+
+def test_with_two_slots_busy_the_next_two_jobs_are_begun_ahead_and_run_on_those_supervisors(
+    layout: Layout, watchers: Watchers, config_file: Path
+) -> None:
+    config_file.write_text(config_file.read_text() + "max_parallel = 2\n")
+    gate = layout.root / "gate"
+    ran = layout.root / "ran"
+    for name in ("first", "also-first"):
+        drop(layout, name, bash(f"while [ ! -e {gate} ]; do sleep 0.02; done"))
+    watchers.start()
+    wait_for(
+        lambda: all(_state(layout, n) is JobState.RUNNING for n in ("first", "also-first")),
+        timeout=WAIT,
+        what="both slots busy",
+    )
+    for name in ("second", "third"):
+        drop(layout, name, bash(f"echo {name} >> {ran}"))
+    wait_for(
+        lambda: _ahead(layout, "second") and _ahead(layout, "third"),
+        timeout=WAIT,
+        what="second's and third's supervisors forked ahead",
+    )
+    forked = {name: _ahead(layout, name) for name in ("second", "third")}
+    assert not ran.exists()  # gated: nothing of them runs before they are recorded running
+    gate.touch()
+    for name in ("second", "third"):
+        wait_for(
+            lambda n=name: _state(layout, n) is JobState.SUCCEEDED,  # type: ignore[misc]
+            timeout=WAIT,
+            what=f"{name} succeeded",
+        )
+        done = _record(layout, name)
+        assert done is not None and done.supervisor_pid in forked[name]
+    assert sorted(ran.read_text().split()) == ["second", "third"]

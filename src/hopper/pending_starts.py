@@ -59,6 +59,16 @@ from hopper.workspace_start import WorkspaceStart
 log = logging.getLogger(__name__)
 
 AHEAD_HOLD_MIN = 2.0  # seconds: a shorter hold would begin a start ahead afresh too often
+AHEAD_MAX = 3  # starts ahead at most, however many slots
+
+
+def aheads(max_parallel: int) -> int:
+    """How many starts ahead a watcher of ``max_parallel`` slots keeps: one per slot,
+    at most AHEAD_MAX. At one slot the job after the running one; at four, when
+    two or three jobs end in one turn, each freed slot's next job has its
+    supervisor forked already (a one-shot supervisor forked on the spot costs
+    the fork and its teardown: docs/performance.md, session 17)."""
+    return max(1, min(max_parallel, AHEAD_MAX))
 
 
 def describe(exc: BaseException) -> str:
@@ -119,8 +129,9 @@ class PendingStarts:
     clock: Clock
     _starting: dict[str, Starting] = field(default_factory=dict)  # begun, not yet released
     lane: Lane = field(default_factory=lambda: Lane("workspace"))  # git worktree add, off the loop
-    _ahead: Starting | None = None  # begun for the next job while every slot is busy
-    _ahead_until: float | None = None  # monotonic: past it, the start ahead is begun afresh
+    # Begun for the next jobs while every slot is busy, by job id, in the order begun,
+    # each with its hold's end (monotonic; past it, that start ahead is begun afresh).
+    _aheads: dict[str, tuple[Starting, float | None]] = field(default_factory=dict)
     _no_ahead: str | None = None  # the job whose start ahead failed: left to its real start
     _tries: dict[str, int] = field(default_factory=dict)  # job id -> failed starts in a row
     _out: StartsDone = field(default_factory=StartsDone)  # what the call under way came to
@@ -150,11 +161,11 @@ class PendingStarts:
         Whatever happens next (it runs, it waits for its executor, it is
         rejected) is this method's to settle, in what it returns: it never raises.
         """
-        until = self._ahead_until
+        until = self._aheads.get(record.id, (None, None))[1]
         ahead = self._take_ahead(record)
         if not self.scale.acquire(record):
             if ahead is not None:  # kept for when a slot is ours
-                self._ahead, self._ahead_until = ahead, until
+                self._aheads[record.id] = (ahead, until)
             return StartsDone(held=False)
         if ahead is not None:
             self._starting[record.id] = ahead  # its supervisor is (being) forked: settle goes on
@@ -179,10 +190,15 @@ class PendingStarts:
         Only jobs without a workspace (a worktree is real work) whose executor
         can begin a start that records and makes nothing (``Launch.ahead``; the
         others answer Deferred: the local one can, a submission or an engine
-        call cannot); one job ahead at a time; a start ahead that fails is
-        left to the job's real start, which files it.
+        call cannot); at most :func:`aheads` jobs ahead at a time; a start ahead
+        that fails is left to the job's real start, which files it.
         """
-        if self._ahead is not None or record.id in self._starting or record.id == self._no_ahead:
+        if (
+            len(self._aheads) >= aheads(self.config.max_parallel)
+            or record.id in self._aheads
+            or record.id in self._starting
+            or record.id == self._no_ahead
+        ):
             return
         if record.workspace != "none":
             return
@@ -201,39 +217,36 @@ class PendingStarts:
         except Exception:  # left to the job's real start, which judges it
             return
         if isinstance(result, Starting):
-            self._ahead, self._no_ahead = result, None
-            self._ahead_until = None if hold is None else self.clock.monotonic() + hold
+            self._no_ahead = None
+            until = None if hold is None else self.clock.monotonic() + hold
+            self._aheads[record.id] = (result, until)
 
     def keep_ahead(self, queued: Mapping[str, JobRecord]) -> None:
-        """Withdraw the start ahead unless its job is still queued here, unchanged,
+        """Withdraw each start ahead unless its job is still queued here, unchanged,
         and it has waited less than its hold (:func:`ahead_hold`; it is then begun
         afresh, by the caller's next :meth:`start_ahead`)."""
-        ahead = self._ahead
-        if ahead is not None and (queued.get(ahead.record.id) != ahead.record or self._expired()):
-            self.drop_ahead(ahead.record.id)
+        for ahead, until in list(self._aheads.values()):
+            if queued.get(ahead.record.id) != ahead.record or self._expired(until):
+                self.drop_ahead(ahead.record.id)
 
-    def _expired(self) -> bool:
-        """The start ahead has waited its hold out: its spawned gate may give way soon."""
-        until = self._ahead_until
+    def _expired(self, until: float | None) -> bool:
+        """A start ahead has waited its hold out: its spawned gate may give way soon."""
         return until is not None and self.clock.monotonic() >= until
 
     def drop_ahead(self, job_id: str) -> None:
         """``job_id`` leaves the queue another way (aborted, failed, taken over):
         withdraw its start ahead, if it has one, before anything else touches its run."""
-        ahead = self._ahead
-        if ahead is not None and ahead.record.id == job_id:
-            self._ahead = self._ahead_until = None
+        ahead, _ = self._aheads.pop(job_id, (None, None))
+        if ahead is not None:
             self.guard.step(f"withdraw:{job_id}", ahead.withdraw)
 
     def _take_ahead(self, record: JobRecord) -> Starting | None:
         """The start ahead for ``record`` if there is one begun from this very record;
         a start ahead for an older version of it (its priority changed) is withdrawn."""
-        ahead = self._ahead
-        if ahead is None or ahead.record.id != record.id:
+        ahead, until = self._aheads.pop(record.id, (None, None))
+        if ahead is None:
             return None
-        expired = self._expired()
-        self._ahead = self._ahead_until = None
-        if ahead.record != record or expired:
+        if ahead.record != record or self._expired(until):
             self.guard.step(f"withdraw:{record.id}", ahead.withdraw)
             return None
         return ahead
@@ -428,9 +441,9 @@ class PendingStarts:
 
     def finish(self) -> StartsDone:
         """Settle every start on its way (before recovery looks at the runs, or at exit);
-        a start ahead is withdrawn (its job stays queued)."""
-        if self._ahead is not None:
-            self.drop_ahead(self._ahead.record.id)
+        every start ahead is withdrawn (its job stays queued)."""
+        for job_id in list(self._aheads):
+            self.drop_ahead(job_id)
         for start in self._starting.values():
             start.hurry()  # one waiting on an engine goes back to the queue
         while self._starting:

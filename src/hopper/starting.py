@@ -27,6 +27,7 @@ from hopper.core.record import JobRecord
 from hopper.core.schedule import Decision, KnownJob, SlotLimits, schedule
 from hopper.core.states import Reason
 from hopper.loopguard import LoopGuard
+from hopper.pending_starts import aheads
 from hopper.runner import QUEUED_VANISHED, Runner
 from hopper.scaleout import ScaleOut
 from hopper.store import ledger
@@ -163,24 +164,26 @@ class Starts:
                 self.queued[job_id] = record  # another watcher took the slot first
 
     def start_ahead(self) -> None:
-        """With every slot busy, begin the next job's start ahead (pending_starts.py).
+        """With every slot busy, begin the next jobs' starts ahead (pending_starts.py).
 
         Called at the end of a turn, after the turn's starts were released: at
         one slot the next job's supervisor is then forked while the job before
         it runs, and when that one ends only the ``running`` commit and the
-        release are left. The next job is the first plain one in start order
-        (no session or ``after``, nothing paused); when the queue holds jobs
-        the scheduler orders otherwise, none is begun. A start ahead whose job
-        left the queue or changed is withdrawn here, before another is begun.
+        release are left. The next jobs are the first plain ones in start order
+        (no session or ``after``, nothing paused or held), as many as
+        :func:`~hopper.pending_starts.aheads` allows (one per slot, at most
+        three); when the queue holds jobs the scheduler orders otherwise, none
+        is begun. A start ahead whose job left the queue or changed is withdrawn
+        here, before another is begun.
         """
         self.runner.keep_ahead(self.queued)
         if not self.queued or self.runner.busy < self.config.max_parallel:
             return  # nothing to run next, or a slot is free: the next turn starts it
         if self.queued.special():
             return
-        first = self.queued.first(1)
-        if first and first[0].id not in self.paused and first[0].id not in self.held:
-            self.runner.start_ahead(first[0])
+        for record in self.queued.first(aheads(self.config.max_parallel)):
+            if record.id not in self.paused and record.id not in self.held:
+                self.runner.start_ahead(record)
 
     def _tell_budgets(self) -> None:
         """A budget this watcher saw reached first: its event and hooks (budgetnews.py)."""
