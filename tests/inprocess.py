@@ -71,6 +71,7 @@ class FakeExecutor:
     clock: FakeClock
     owner: str = ""  # the watcher's, once it has one
     name: str = "local"
+    begins_unrecorded: bool = False  # it records its jobs running at start()
     heartbeat_interval: float = 3600.0  # the config's, set by in_process
     exits: dict[str, ExitStatus] = field(default_factory=dict)  # job id -> its exit, to report
     defer: int = 0  # the next this many starts are deferred ...

@@ -272,7 +272,9 @@ def test_a_job_queued_by_an_older_hopper_runs_what_was_admitted(
     assert crashed.returncode != 0
     (run_dir,) = layout.runs.iterdir()
     assert json.loads((run_dir / "job.json").read_text())["state"] == "queued"
-    assert (run_dir / "admission.json").exists() and not (run_dir / "script.sh").exists()
+    # The queued record is written behind the start's begin (intake.py): the crash may
+    # have cut that start short after its supervisor wrote script.sh (the admitted one).
+    assert (run_dir / "admission.json").exists()
     (run_dir / "script.sh").write_text(f"touch {planted}\n")
     assert hopper("run", "--until-idle").returncode == 0
     assert json.loads((run_dir / "job.json").read_text())["state"] == "succeeded"

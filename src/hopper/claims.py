@@ -152,7 +152,9 @@ class Claims:
 
     def _take(self, path: Path, claimed: list[JobRecord]) -> None:
         try:
-            record = self.intake.take(path)
+            # Its files written behind its start's begin (or as the turn's starts end):
+            # watcher.py runs Starts.start_queued right after the claims, every turn.
+            record = self.intake.take(path, behind=True)
         except ClaimFailed as exc:
             self._skip(path, str(exc))
             return

@@ -19,14 +19,14 @@ from hopper.clock import Clock
 from hopper.config import Config
 from hopper.core import admission, lifecycle
 from hopper.core.jobid import prompt_stem
-from hopper.core.lifecycle import Admitted, ExitFigures
+from hopper.core.lifecycle import Admitted, ExitFigures, Step
 from hopper.core.owner import WatcherId
 from hopper.core.prompt import BadPrompt
 from hopper.core.record import JobRecord
 from hopper.core.routing import plain_name
 from hopper.core.states import JobState, Reason
 from hopper.store import ledger, saferead
-from hopper.store.admission import write_admission, written
+from hopper.store.admission import write_admission, write_admission_bytes, written
 from hopper.store.claim import Claimed, claim, printable, read_claim
 from hopper.store.finalize import ending, file_terminals
 from hopper.store.jobfile import PROMPT_FILE
@@ -65,6 +65,16 @@ class Terminal:
     exit: ExitFigures | None = None  # None: keep the exit code and signal the record has
 
 
+@dataclass(frozen=True)
+class Unwritten:
+    """A job claimed and admitted whose admission.json and queued record are still
+    to be written (:meth:`Intake.write_behind`); its spec is in :data:`written`."""
+
+    run_dir: Path
+    data: bytes  # admission.json
+    step: Step  # the queued record and its events
+
+
 class Intake:
     def __init__(
         self,
@@ -83,9 +93,19 @@ class Intake:
         # it): their end does not read admission.json again to withhold values.
         # A job adopted after a restart is not here, and is read as before.
         self.env_free: set[str] = set()
+        # Claimed this turn, files still to write: by id, in claim order (take(behind=True)).
+        self.unwritten: dict[str, Unwritten] = {}
 
-    def take(self, path: Path) -> JobRecord | None:
-        """Claim and admit one inbox file; None if another watcher got it first."""
+    def take(self, path: Path, *, behind: bool = False) -> JobRecord | None:
+        """Claim and admit one inbox file; None if another watcher got it first.
+
+        ``behind``: a job admitted to the queue has its admission.json and queued
+        record written later in the turn (:meth:`write_behind`), after its start
+        is begun when it starts at once: they are off the start's path then,
+        written while its supervisor forks. Until then the job is in memory only
+        (its spec in :data:`~hopper.store.admission.written`), on disk a claimed
+        prompt, as a crash finds it after the claim. A job refused at claim is
+        filed at once either way."""
         claimed = claim(
             self.layout,
             path,
@@ -97,7 +117,7 @@ class Intake:
         if claimed is None:
             return None
         try:
-            return self.admit(claimed)
+            return self.admit(claimed, behind=behind)
         finally:
             if claimed.dir_fd is not None:
                 os.close(claimed.dir_fd)
@@ -110,7 +130,7 @@ class Intake:
         bad_name = marker.get("name_not_utf8") == "true"
         return self.admit(Claimed(run_dir.name, run_dir, inbox_rel, noted, bad_name))
 
-    def admit(self, claimed: Claimed) -> JobRecord:
+    def admit(self, claimed: Claimed, *, behind: bool = False) -> JobRecord:
         now = self.clock.now()
         run_dir = claimed.run_dir
         # A name that is not UTF-8 arrives with surrogate escapes, which no
@@ -161,6 +181,13 @@ class Intake:
             return self.reject(run_dir, rejected, verdict.reason, verdict.detail)
         step = lifecycle.admitted(base, Admitted(now, verdict.settings))
         record = step.record
+        if behind:
+            data = verdict.start.model_dump_json().encode()
+            written.keep(run_dir, verdict.start, len(data))
+            self.unwritten[record.id] = Unwritten(run_dir, data, step)
+            if not verdict.start.options.env:
+                self.env_free.add(record.id)
+            return record
         # Before the queued record: a queued job has what its start needs (0600: env).
         write_admission(run_dir, verdict.start, dir_fd=claimed.dir_fd)
         if not verdict.start.options.env:
@@ -172,6 +199,41 @@ class Intake:
         )
         log.info("job=%s state=queued name=%s agent=%s", record.id, record.name, record.agent)
         return record
+
+    def write_behind(self, job_id: str) -> OSError | None:
+        """Write a job's admission.json, then its queued record, if they are still to
+        be written (:meth:`take` with ``behind``); the OSError that stopped them.
+
+        A job whose files could not be written is forgotten here (its spec too):
+        the caller drops it from the queue and ends any start it began, and
+        recovery completes the claim later from prompt.md and the claimed event,
+        as after a crash at the claim (watcher.py's reconcile)."""
+        entry = self.unwritten.pop(job_id, None)
+        if entry is None:
+            return None
+        record = entry.step.record
+        try:
+            write_admission_bytes(entry.run_dir, entry.data)
+            # Not fsynced: if a power cut loses it, prompt.md and the claimed event are
+            # still there and recovery completes the claim; the running record is durable.
+            ledger.commit(entry.run_dir, entry.step, durable=False, crash="claim.after_record")
+        except OSError as exc:
+            written.drop(entry.run_dir)
+            self.env_free.discard(job_id)
+            log.error(
+                "job=%s: cannot write its queued record (%s); left as claimed, "
+                "for recovery to complete",
+                job_id,
+                exc,
+            )
+            return exc
+        log.info("job=%s state=queued name=%s agent=%s", record.id, record.name, record.agent)
+        return None
+
+    def write_all_behind(self) -> list[str]:
+        """:meth:`write_behind` for every job still to be written, in claim order;
+        the ids of those that could not be."""
+        return [i for i in list(self.unwritten) if self.write_behind(i) is not None]
 
     def reject(self, run_dir: Path, record: JobRecord, reason: Reason, detail: str) -> JobRecord:
         """End a job that cannot run at claim: terminal record, prompt filed under processed/."""

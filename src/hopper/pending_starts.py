@@ -174,8 +174,22 @@ class PendingStarts:
         try:
             self._start(record)
         except Exception as exc:  # costs this job, never the loop
-            self._start_failed(record, exc)
+            if self._claim_written(record):
+                self._start_failed(record, exc)
         return self._taken()
+
+    def _claim_written(self, record: JobRecord, begun: Start | None = None) -> bool:
+        """The job's admission.json and queued record written, if they were still to
+        be (intake.py's write behind; else nothing to do): True. False: they could
+        not be, so the job is dropped, neither queued nor started (its start, if
+        ``begun``, withdrawn; its leases given back), and recovery completes its
+        claim later, as after a crash at the claim."""
+        if self.intake.write_behind(record.id) is None:
+            return True
+        if isinstance(begun, Starting):
+            self.guard.step(f"withdraw:{record.id}", begun.withdraw)
+        self.scale.release(record)
+        return False
 
     # -- a start ahead: the next job's supervisor forked while the slots are busy ----------
     def start_ahead(self, record: JobRecord) -> None:
@@ -329,6 +343,9 @@ class PendingStarts:
 
     def _start(self, record: JobRecord) -> None:
         run_dir = self.layout.run_dir(record.id)
+        behind = executor_for(self.executors, record).begins_unrecorded
+        if (not behind or record.workspace == "worktree") and not self._claim_written(record):
+            return  # its queued record first: the executor may record the job at start()
         if record.workspace == "worktree":  # git may take long: off the loop
             layout = self.layout
             call = self.lane.submit(lambda: prepare.with_workspace(layout, record))
@@ -336,6 +353,10 @@ class PendingStarts:
             self.scale.starting.add(record.id)
             return
         result = self._begin(record, run_dir, workspace=True)
+        # Written behind the begin: while the job's supervisor forks (a claimed job
+        # started in its claim's turn), not before it, off the start's path.
+        if not self._claim_written(record, result):
+            return
         if isinstance(result, Running):
             self._started(result)
         elif isinstance(result, Starting):

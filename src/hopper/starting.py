@@ -97,7 +97,38 @@ class Starts:
         return False
 
     def start_queued(self) -> None:
-        """Abort, reprioritise, then ask core/schedule.py what starts and what fails."""
+        """Abort, reprioritise, then ask core/schedule.py what starts and what fails.
+
+        The jobs claimed this turn have their admission.json and queued record
+        written behind their starts' begins (pending_starts.py), or, for those
+        that do not start now, before anything else touches them here and at the
+        latest as this returns."""
+        try:
+            self._start_queued()
+        finally:
+            self._write_claims()
+
+    def _write_claims(self) -> None:
+        """Every job claimed this turn written (intake.py's write behind); one that
+        cannot be leaves the queue, for recovery to complete its claim."""
+        if not self.runner.intake.unwritten:
+            return
+        for job_id in self.runner.intake.write_all_behind():
+            self.runner.drop_ahead(job_id)
+            self.queued.pop(job_id, None)
+
+    def _written(self, job_id: str) -> bool:
+        """A queued job's files are on disk (written now if they were still to be);
+        False: they could not be, and it left the queue (see :meth:`_write_claims`)."""
+        if job_id not in self.runner.intake.unwritten:
+            return True
+        if self.runner.intake.write_behind(job_id) is None:
+            return True
+        self.runner.drop_ahead(job_id)
+        self.queued.pop(job_id, None)
+        return False
+
+    def _start_queued(self) -> None:
         for retry in self.runner.take_requeued():
             self.queued[retry.id] = retry
         full = self._sweep_markers()
@@ -139,6 +170,8 @@ class Starts:
             if fresh != holds:
                 decision = decide(fresh)
         self.paused = decision.paused
+        if decision.held or decision.fail:
+            self._write_claims()  # their records are revised below: written first
         self._mark_held(window, decision.held, set(decision.start), full)
         if full:  # the verdicts over the whole queue: at most a tenth of the loop too
             end = self.clock.monotonic()
@@ -288,13 +321,14 @@ class Starts:
             if mtime is None and run_dir_gone(run_dir):  # deleted by a job: filed lost now
                 self.runner.drop_ahead(job_id)
                 del self.queued[job_id]
+                self.runner.intake.unwritten.pop(job_id, None)  # nowhere to write it
                 self.guard.step(
                     f"vanished:{job_id}",
                     lambda q=queued: self.runner.file_vanished(q, QUEUED_VANISHED, leased=False),  # type: ignore[misc]
                 )
                 continue
             if (run_dir / ABORT_FILE).exists():
-                if self.mine(job_id, queued):
+                if self.mine(job_id, queued) and self._written(job_id):
                     self.runner.drop_ahead(job_id)
                     self.runner.abort_queued(self.queued.pop(job_id))
                 continue
@@ -341,7 +375,7 @@ class Starts:
     def _apply_priority(self, job_id: str, run_dir: Path) -> None:
         """``hopper priority`` left a request: the owner writes it into job.json."""
         request = take_priority_request(run_dir)
-        if request is None:
+        if request is None or not self._written(job_id):
             return
         record = self.queued[job_id]
         now = self.clock.now()

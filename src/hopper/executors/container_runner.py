@@ -148,6 +148,7 @@ class ContainerExecutor:
     """Jobs under their supervisors whose command runs them in a container."""
 
     name = "container"
+    begins_unrecorded = False
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

@@ -39,6 +39,7 @@ class LocalRecovery:
 
 class LocalExecutor:
     name = "local"
+    begins_unrecorded = True  # Supervised.begin: a SupervisedStart, nothing recorded
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

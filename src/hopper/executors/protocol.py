@@ -262,6 +262,10 @@ class Recovery(Protocol):
 
 class Executor(Protocol):
     name: str
+    # start() only begins: it returns a Starting (or raises) and records nothing
+    # before it; so a job claimed this turn may have its queued record written
+    # after it (intake.py's write behind), while the executor works.
+    begins_unrecorded: bool
 
     def open(self) -> None:
         """Before the first start (the local executor warms its supervisors)."""

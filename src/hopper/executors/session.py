@@ -61,6 +61,7 @@ ATTEMPT_FILES = (contract.TURN_FILE, contract.CAST_FILE)
 
 class SessionExecutor:
     name = "session"
+    begins_unrecorded = False
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

@@ -84,6 +84,7 @@ class Track:
 
 class SlurmExecutor:
     name = "slurm"
+    begins_unrecorded = False
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx

@@ -92,11 +92,17 @@ def write_admission(run_dir: Path, start: StartSpec, *, dir_fd: int | None = Non
     """
     data = start.model_dump_json().encode()
     written.drop(run_dir)
+    write_admission_bytes(run_dir, data, dir_fd=dir_fd)
+    written.keep(run_dir, start, len(data))
+
+
+def write_admission_bytes(run_dir: Path, data: bytes, *, dir_fd: int | None = None) -> None:
+    """The file of :func:`write_admission` from its JSON, :data:`written` left alone:
+    for a spec kept there already (intake.py's write behind the start)."""
     if not _write_new(run_dir, data, dir_fd):
         write_atomic(
             run_dir / ADMISSION_FILE, data, durable=False, follow_parent=False, mode=ADMISSION_MODE
         )
-    written.keep(run_dir, start, len(data))
 
 
 def _write_new(run_dir: Path, data: bytes, held: int | None = None) -> bool:
