@@ -230,11 +230,6 @@ class Intake:
         log.info("job=%s state=queued name=%s agent=%s", record.id, record.name, record.agent)
         return None
 
-    def write_all_behind(self) -> list[str]:
-        """:meth:`write_behind` for every job still to be written, in claim order;
-        the ids of those that could not be."""
-        return [i for i in list(self.unwritten) if self.write_behind(i) is not None]
-
     def reject(self, run_dir: Path, record: JobRecord, reason: Reason, detail: str) -> JobRecord:
         """End a job that cannot run at claim: terminal record, prompt filed under processed/."""
         now = self.clock.now()

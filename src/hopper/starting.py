@@ -109,17 +109,14 @@ class Starts:
             self._write_claims()
 
     def _write_claims(self) -> None:
-        """Every job claimed this turn written (intake.py's write behind); one that
-        cannot be leaves the queue, for recovery to complete its claim."""
-        if not self.runner.intake.unwritten:
-            return
-        for job_id in self.runner.intake.write_all_behind():
-            self.runner.drop_ahead(job_id)
-            self.queued.pop(job_id, None)
+        """Every job claimed this turn written (intake.py's write behind), in claim order."""
+        for job_id in list(self.runner.intake.unwritten):
+            self._written(job_id)
 
     def _written(self, job_id: str) -> bool:
         """A queued job's files are on disk (written now if they were still to be);
-        False: they could not be, and it left the queue (see :meth:`_write_claims`)."""
+        False: they could not be, and it left the queue, for recovery to complete
+        its claim."""
         if job_id not in self.runner.intake.unwritten:
             return True
         if self.runner.intake.write_behind(job_id) is None:
