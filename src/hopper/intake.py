@@ -26,7 +26,7 @@ from hopper.core.record import JobRecord
 from hopper.core.routing import plain_name
 from hopper.core.states import JobState, Reason
 from hopper.store import ledger, saferead
-from hopper.store.admission import write_admission, write_admission_bytes, written
+from hopper.store.admission import write_admission_bytes, written
 from hopper.store.claim import Claimed, claim, printable, read_claim
 from hopper.store.finalize import ending, file_terminals
 from hopper.store.jobfile import PROMPT_FILE
@@ -181,24 +181,35 @@ class Intake:
             return self.reject(run_dir, rejected, verdict.reason, verdict.detail)
         step = lifecycle.admitted(base, Admitted(now, verdict.settings))
         record = step.record
-        if behind:
-            data = verdict.start.model_dump_json().encode()
-            written.keep(run_dir, verdict.start, len(data))
-            self.unwritten[record.id] = Unwritten(run_dir, data, step)
-            if not verdict.start.options.env:
-                self.env_free.add(record.id)
-            return record
-        # Before the queued record: a queued job has what its start needs (0600: env).
-        write_admission(run_dir, verdict.start, dir_fd=claimed.dir_fd)
+        data = verdict.start.model_dump_json().encode()
+        written.keep(run_dir, verdict.start, len(data))  # what the start reads first
         if not verdict.start.options.env:
             self.env_free.add(record.id)
-        # Not fsynced: if a power cut loses it, prompt.md and the claimed event are
-        # still there and recovery completes the claim; the running record is durable.
-        ledger.commit(
-            run_dir, step, durable=False, crash="claim.after_record", dir_fd=claimed.dir_fd
-        )
-        log.info("job=%s state=queued name=%s agent=%s", record.id, record.name, record.agent)
+        entry = Unwritten(run_dir, data, step)
+        if behind:
+            self.unwritten[record.id] = entry
+        else:
+            self._write(entry, claimed.dir_fd)
         return record
+
+    def _write(self, entry: Unwritten, dir_fd: int | None = None) -> None:
+        """admission.json, then the queued record; on an OSError (raised) neither
+        is believed: the spec kept in memory is dropped, as is the job's env-free
+        mark. ``dir_fd``: the run directory, held open by the caller."""
+        record = entry.step.record
+        try:
+            # Before the queued record: a queued job has what its start needs (0600: env).
+            write_admission_bytes(entry.run_dir, entry.data, dir_fd=dir_fd)
+            # Not fsynced: if a power cut loses it, prompt.md and the claimed event are
+            # still there and recovery completes the claim; the running record is durable.
+            ledger.commit(
+                entry.run_dir, entry.step, durable=False, crash="claim.after_record", dir_fd=dir_fd
+            )
+        except OSError:
+            written.drop(entry.run_dir)
+            self.env_free.discard(record.id)
+            raise
+        log.info("job=%s state=queued name=%s agent=%s", record.id, record.name, record.agent)
 
     def write_behind(self, job_id: str) -> OSError | None:
         """Write a job's admission.json, then its queued record, if they are still to
@@ -211,15 +222,9 @@ class Intake:
         entry = self.unwritten.pop(job_id, None)
         if entry is None:
             return None
-        record = entry.step.record
         try:
-            write_admission_bytes(entry.run_dir, entry.data)
-            # Not fsynced: if a power cut loses it, prompt.md and the claimed event are
-            # still there and recovery completes the claim; the running record is durable.
-            ledger.commit(entry.run_dir, entry.step, durable=False, crash="claim.after_record")
+            self._write(entry)
         except OSError as exc:
-            written.drop(entry.run_dir)
-            self.env_free.discard(job_id)
             log.error(
                 "job=%s: cannot write its queued record (%s); left as claimed, "
                 "for recovery to complete",
@@ -227,7 +232,6 @@ class Intake:
                 exc,
             )
             return exc
-        log.info("job=%s state=queued name=%s agent=%s", record.id, record.name, record.agent)
         return None
 
     def reject(self, run_dir: Path, record: JobRecord, reason: Reason, detail: str) -> JobRecord:
