@@ -100,9 +100,9 @@ def claimed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     order: list[str] = []
     real_take = Intake.take
 
-    def take(self: Intake, path: Path) -> object:
+    def take(self: Intake, path: Path, *, behind: bool = False) -> object:
         order.append(path.name.removesuffix(".prompt.md"))
-        return real_take(self, path)
+        return real_take(self, path, behind=behind)
 
     monkeypatch.setattr(Intake, "take", take)
     return order
@@ -165,9 +165,9 @@ def test_claims_stop_at_the_time_budget_and_go_on_next_turn(
     flood(layout, clock, 12)
     real_take = Intake.take
 
-    def slow_take(self: Intake, path: Path) -> object:
+    def slow_take(self: Intake, path: Path, *, behind: bool = False) -> object:
         clock.advance(claims_module.CLAIM_BUDGET / 4.5)
-        return real_take(self, path)
+        return real_take(self, path, behind=behind)
 
     monkeypatch.setattr(Intake, "take", slow_take)
     seen = []
@@ -192,11 +192,11 @@ def test_a_claim_batch_ends_once_the_loop_is_woken_and_the_end_is_handled_at_onc
     first = fake.started[0]
     real_take = Intake.take
 
-    def take(self: Intake, path: Path) -> object:
+    def take(self: Intake, path: Path, *, behind: bool = False) -> object:
         if len(claimed) == BATCH + 2:  # the job ends while the turn's third claim runs
             fake.exits[first] = exit_status(clock)
             watcher.waker.wake()
-        return real_take(self, path)
+        return real_take(self, path, behind=behind)
 
     monkeypatch.setattr(Intake, "take", take)
     watcher.turn()
@@ -220,10 +220,10 @@ def test_a_start_that_reported_ends_a_claim_batch_too(
     monkeypatch.setattr(watcher.runner, "waiting_on", lambda: [reported])
     real_take = Intake.take
 
-    def take(self: Intake, path: Path) -> object:
+    def take(self: Intake, path: Path, *, behind: bool = False) -> object:
         if len(claimed) == 1:  # while the second claim runs
             writer.send(b'{"pid": 1}\n')
-        return real_take(self, path)
+        return real_take(self, path, behind=behind)
 
     monkeypatch.setattr(Intake, "take", take)
     try:

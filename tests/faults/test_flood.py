@@ -89,12 +89,12 @@ def test_a_flood_of_prompts_keeps_watchdog_and_heartbeat_coming(
     real_take = Intake.take
     claims = 0
 
-    def slow_take(self: Intake, path: Path) -> object:
+    def slow_take(self: Intake, path: Path, *, behind: bool = False) -> object:
         nonlocal claims
         drain()
         claims += 1
         clock.skew += CLAIM_COST
-        return real_take(self, path)
+        return real_take(self, path, behind=behind)
 
     real_beat = ScaleOut._write_beat
 

@@ -167,10 +167,10 @@ def test_an_unexpected_error_claiming_one_prompt_is_logged_once(
     drop(layout, "fine", "echo fine\n")
     real_take = Intake.take
 
-    def take(self: Intake, path: Path) -> JobRecord | None:
+    def take(self: Intake, path: Path, *, behind: bool = False) -> JobRecord | None:
         if path == broken:
             raise RecursionError("maximum recursion depth exceeded")
-        return real_take(self, path)
+        return real_take(self, path, behind=behind)
 
     monkeypatch.setattr(Intake, "take", take)
     old = time.time() - 60
