@@ -303,3 +303,37 @@ def test_takeover_is_won_once_and_chains_past_a_dead_taker(tmp_path: Path) -> No
     assert current == "b:2:2"
     assert try_take(tmp_path, chain, "c:3:3")  # b died mid-takeover: c takes it from b
     assert effective_owner(tmp_path, "a:1:1")[0] == "c:3:3"
+
+
+def test_a_takeover_won_after_the_snapshot_judged_the_owner_is_left_to_its_winner(
+    tmp_path: Path,
+) -> None:
+    """Two survivors judge a dead host's job at once; one wins the takeover marker
+    before the other reaches it. The other must not take the job from the winner
+    (alive) by the chain key: it leaves it (CI found both filing it lost)."""
+    from types import SimpleNamespace
+
+    from hopper.reconcile import _take_over, snapshot
+    from hopper.store.jobfile import JOB_FILE
+    from inprocess import FakeClock
+
+    run_dir = tmp_path / "runs" / "job"
+    run_dir.mkdir(parents=True)
+    dead = record(JobState.RUNNING).model_copy(update={"host": "h1", "owner": "h1:1:1.0"})
+    (run_dir / JOB_FILE).write_text(dead.model_dump_json())
+    me = "h3:3:3.0"
+    runner = SimpleNamespace(intake=SimpleNamespace(ident=SimpleNamespace(owner=me)))
+    snap = snapshot(run_dir, "h3", me, NOW.timestamp(), None, None)
+    assert snap.judged_owner == "h1:1:1.0"
+    assert try_take(run_dir, "h1:1:1.0", "h2:2:2.0")  # h2 wins, after our snapshot
+    assert _take_over(snap, run_dir, runner, FakeClock()) is None  # type: ignore[arg-type]
+    assert effective_owner(run_dir, "h1:1:1.0")[0] == "h2:2:2.0"
+    # Without a winner in between, the same call takes the job (the control).
+    other = tmp_path / "runs" / "job2"
+    other.mkdir()
+    (other / JOB_FILE).write_text(
+        dead.model_copy(update={"id": dead.id[:-4] + "efgh"}).model_dump_json()
+    )
+    snap2 = snapshot(other, "h3", me, NOW.timestamp(), None, None)
+    taken = _take_over(snap2, other, runner, FakeClock())  # type: ignore[arg-type]
+    assert taken is not None and taken.record is not None and taken.record.owner == me

@@ -147,6 +147,7 @@ def snapshot(
         supervisor_alive=sup_alive,
         host_dead=host_dead,
         pulse_stale=stale,
+        judged_owner=owner_text,
     )
 
 
@@ -306,6 +307,10 @@ def _take_over(
     effective, chain = effective_owner(run_dir, owner_text)
     if effective == me.owner:
         return snap
+    if effective != snap.judged_owner:
+        # Another watcher won a takeover marker after the snapshot judged the owner
+        # dead: it holds the job now, alive for all we know; the next pass judges it.
+        return None
     if not try_take(run_dir, chain, me.owner):
         return None
     if record is not None and not snap.same_host:

@@ -155,9 +155,14 @@ def test_a_dead_hosts_jobs_are_taken_over_exactly_once(
     wait_for(lambda: (layout.state_dir / "watchers").exists(), what="h1 beat")
     for i, token in enumerate(tokens):
         drop(layout, token, gated_job(ledger, token, gate, retries=i % 2))
+    # Four running and all six recorded: a prompt claimed in the turn that recorded the
+    # fourth running has its queued record written as that turn's starts end.
     wait_for(
-        lambda: sum(r.state is JobState.RUNNING for r in records(layout)) == 4,
-        what="h1 running four jobs",
+        lambda: (
+            len(recs := records(layout)) == 6
+            and sum(r.state is JobState.RUNNING for r in recs) == 4
+        ),
+        what="h1 running four jobs, six recorded",
     )
     assert {r.host for r in records(layout)} == {"h1"} and len(records(layout)) == 6
     for host in ("h2", "h3"):

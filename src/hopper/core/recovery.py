@@ -47,6 +47,9 @@ class RunSnapshot:
     # supervisor's resources.json unchanged) for host_dead_after.
     host_dead: bool = False
     pulse_stale: bool = False
+    # The owner judged above: the record's, or the watcher that won a takeover
+    # marker for it (store/takeover.py's effective owner) as the snapshot was taken.
+    judged_owner: str | None = None
     # executor = "slurm" (a RUNNING record with slurm_job_id): Slurm's view of the
     # job (None: the controller did not answer) and the wrapper's exit record.
     slurm: SlurmState | None = None
